@@ -1,0 +1,3 @@
+from softcapgrad.cli import main
+
+main()

@@ -1,0 +1,56 @@
+"""Input validation shared by every command: one clear sentence per bad value."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+
+class InputError(ValueError):
+    """A bad input the user can fix; the CLI prints it as one line and exits 2."""
+
+
+def positive(name: str, value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def positives(name: str, values: Iterable[float]) -> list[float]:
+    return [positive(name, v) for v in values]
+
+
+def finite(name: str, value: float) -> float:
+    if not math.isfinite(value):
+        raise InputError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def at_least(name: str, value: int, low: int) -> int:
+    if value < low:
+        raise InputError(f"{name} must be at least {low}, got {value!r}")
+    return value
+
+
+def within(name: str, value: float, lo: float, hi: float, *, closed_lo: bool = False) -> float:
+    """lo < value < hi (or lo <= value with closed_lo)."""
+    ok = math.isfinite(value) and (lo <= value if closed_lo else lo < value) and value < hi
+    if not ok:
+        bracket = "[" if closed_lo else "("
+        raise InputError(f"{name} must lie in {bracket}{lo:g}, {hi:g}), got {value!r}")
+    return float(value)
+
+
+def increasing_range(name: str, lo: float, hi: float) -> tuple[float, float]:
+    finite(name, lo)
+    finite(name, hi)
+    if not lo < hi:
+        raise InputError(f"{name} must be a non-empty range LO < HI, got {lo!r} {hi!r}")
+    return float(lo), float(hi)
+
+
+def choice(name: str, value: str, allowed: Iterable[str]) -> str:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return value

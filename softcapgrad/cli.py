@@ -1,0 +1,171 @@
+"""The ``softcapgrad`` command line: parse, call one module, render its Report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from softcapgrad import __version__
+from softcapgrad.checks import InputError, at_least, choice, increasing_range, positive, positives, within
+from softcapgrad.report import Report, as_json, render_table
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Numerical investigations of tanh soft-capping, softplus gates and anchored residual gates.",
+)
+
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+Caps = Annotated[Optional[list[float]], typer.Option("--cap", help="Cap c (repeatable).")]
+Dtypes = Annotated[Optional[list[str]], typer.Option("--dtype", help="Float format (repeatable; 'all').")]
+
+
+def emit(build: Callable[[], Report], json_out: bool) -> None:
+    """Run a computation; print its report; bad input -> one line on stderr and exit 2."""
+    try:
+        report = build()
+    except InputError as err:
+        typer.echo(f"softcapgrad: error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if json_out:
+        typer.echo(as_json(report))
+    else:
+        from rich.console import Console
+
+        console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 160)))
+        render_table(report, console)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"softcapgrad {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    pass
+
+
+@app.command()
+def identity(
+    cap: Annotated[float, typer.Option(help="Cap c.")] = 30.0,
+    points: Annotated[int, typer.Option(help="Grid points for the autograd check.")] = 2_000_000,
+    range_: Annotated[
+        tuple[float, float], typer.Option("--range", help="Range of a for the autograd check, in units of c.")
+    ] = (-8.0, 8.0),
+    at: Annotated[Optional[list[float]], typer.Option("--at", help="Extra a/c multiples for the table.")] = None,
+    json_out: Json = False,
+) -> None:
+    """dz/da = 1 − (z/c)² = sech²(a/c) against autograd, and the attenuation table."""
+
+    def build() -> Report:
+        from softcapgrad.softcap import identity_report
+
+        c = positive("--cap", cap)
+        at_least("--points", points, 2)
+        lo, hi = increasing_range("--range", *range_)
+        multiples = [1.0, 2.0, 4.0] + [float(m) for m in at or [] if m not in (1.0, 2.0, 4.0)]
+        return identity_report(c, points, lo, hi, multiples)
+
+    emit(build, json_out)
+
+
+@app.command()
+def ratchet(
+    cap: Caps = None,
+    level: Annotated[Optional[list[float]], typer.Option("--level", help="Confidence f in [0, 1) (repeatable).")] = None,
+    json_out: Json = False,
+) -> None:
+    """The unbounded input behind a bounded output: a = c·atanh(f), gradient 1 − f²."""
+
+    def build() -> Report:
+        from softcapgrad.softcap import ratchet_report
+
+        caps = positives("--cap", cap or [30.0])
+        levels = [within("--level", f, 0.0, 1.0, closed_lo=True) for f in (level or [0.9, 0.99, 0.999])]
+        return ratchet_report(caps, levels)
+
+    emit(build, json_out)
+
+
+@app.command()
+def knee(
+    dtype: Dtypes = None,
+    cap: Caps = None,
+    backend: Annotated[str, typer.Option(help="exact | numpy | torch | all (torch is imported only when asked).")] = "exact",
+    json_out: Json = False,
+) -> None:
+    """Where tanh(x) is stored as exactly 1.0 in each float format."""
+
+    def build() -> Report:
+        from softcapgrad import formats
+        from softcapgrad.deadzone import BACKENDS, knee_report
+
+        dtypes = formats.resolve_many(dtype or ["bf16"])
+        caps = positives("--cap", cap or [])
+        name = choice("--backend", backend, (*BACKENDS, "all"))
+        return knee_report(dtypes, caps, list(BACKENDS) if name == "all" else [name])
+
+    emit(build, json_out)
+
+
+@app.command()
+def horizon(
+    cap: Caps = None,
+    dtype: Annotated[str, typer.Option(help="Float format of the scores and the cap.")] = "bf16",
+    at: Annotated[Optional[list[float]], typer.Option("--at", help="Probe inputs a (default 4c per cap).")] = None,
+    sweep: Annotated[int, typer.Option(help="How many inputs before the horizon to show.")] = 6,
+    json_out: Json = False,
+) -> None:
+    """The pre-cap horizon c·x_knee and the first input whose autograd gradient is exactly 0."""
+
+    def build() -> Report:
+        from softcapgrad import formats
+        from softcapgrad.deadzone import horizon_report
+
+        caps = positives("--cap", cap or [50.0, 30.0])
+        fmt = formats.resolve(dtype)
+        if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
+            raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
+        probes = [float(positive("--at", a)) for a in at] if at else None
+        at_least("--sweep", sweep, 0)
+        return horizon_report(caps, fmt, probes, sweep)
+
+    emit(build, json_out)
+
+
+@app.command()
+def reproduce(
+    out: Annotated[Path, typer.Option(help="Folder for claims.json and claims.md.")] = Path("results"),
+    only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids.")] = None,
+    json_out: Json = False,
+) -> None:
+    """Recompute every document number; write the ledger; exit 1 if a verdict changed."""
+
+    def build() -> Report:
+        from softcapgrad.claims import evaluate, markdown, reproduce_report
+
+        outcomes = evaluate(only=only)
+        report = reproduce_report(outcomes)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "claims.json").write_text(as_json(report) + "\n")
+        (out / "claims.md").write_text(markdown(outcomes))
+        return report
+
+    emit(build, json_out)
+
+
+def main() -> None:
+    app(prog_name="softcapgrad")

@@ -1,0 +1,297 @@
+"""Where tanh saturates in a float format, and where the soft-cap gradient becomes exactly zero.
+
+softcapgrad.md, "The bf16 dead-zone". Round-to-nearest turns tanh(x) into exactly 1.0 once
+tanh(x) passes the midpoint m between 1.0 and its lower neighbour 1 − ε₋ (ε₋ = ``epsneg``):
+
+    m       = 1 − ε₋/2
+    x_knee  = atanh(m) = ½·ln((2 − ε₋/2)/(ε₋/2))            (exact)
+            ≈ ½·ln(4/ε₋) = (ln2/2)(p + 3)  for a normal neighbour, ε₋ = 2^−(p+1)   (spacing form)
+
+The document's form (ln2/2)(p + 2) uses half the spacing *above* 1.0, 2^−(p+1), as the
+criterion. Past the knee autograd's tanh backward 1 − y² sees y = 1.0 and returns 0.0 exactly,
+so for z = c·tanh(a/c) the pre-cap horizon is a = c·x_knee.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from softcapgrad import formats
+from softcapgrad.formats import Switch
+from softcapgrad.report import Report, Table
+
+BACKENDS = ("exact", "numpy", "torch")
+
+
+def knee_doc_formula(p: int) -> float:
+    """(ln2/2)(p + 2): the document's analytic knee."""
+    return math.log(2.0) / 2.0 * (p + 2)
+
+
+def knee_spacing(epsneg: float) -> float:
+    """½·ln(4/ε₋): from 1 − tanh(x) ≈ 2e^{−2x} reaching half the real spacing below 1.0."""
+    return 0.5 * math.log(4.0 / epsneg)
+
+
+def knee_exact(epsneg: float) -> float:
+    """atanh(1 − ε₋/2), the smallest real x whose tanh rounds to 1.0 (float64-accurate)."""
+    h = epsneg / 2.0
+    return 0.5 * (math.log(2.0 - h) - math.log(h))
+
+
+def _tanh_exceeds(values: np.ndarray, epsneg: float) -> np.ndarray:
+    """tanh(x) > 1 − ε₋/2, decided exactly: float64 where the margin is clear, else mpmath.
+
+    tanh of a non-zero dyadic rational is transcendental, so it never equals the midpoint and
+    the tie rule of the rounding never matters.
+    """
+    x = values.astype(np.float64)
+    margin = np.tanh(x) - (1.0 - epsneg / 2.0)
+    decided = np.abs(margin) > 1e-14  # float64 tanh is good to a few 1e-16 near 1
+    out = margin > 0
+    if decided.all():
+        return out
+    import mpmath
+
+    with mpmath.workprec(160):
+        m = 1 - mpmath.mpf(epsneg) / 2
+        for i in np.flatnonzero(~decided):
+            out[i] = mpmath.tanh(mpmath.mpf(float(x[i]))) > m
+    return out
+
+
+def saturation_predicate(backend: str, dtype: np.dtype):
+    """A vectorised 'tanh(x) is stored as 1.0' test over values of ``dtype`` for one backend."""
+    epsneg = formats.facts(dtype).spacing_below_one
+    if backend == "exact":
+        return lambda v: _tanh_exceeds(v, epsneg)
+    if backend == "numpy":
+        return lambda v: np.tanh(v).astype(np.float64) == 1.0
+    if backend == "torch":
+        import torch
+
+        if formats.torch_dtype(dtype) is None:
+            raise TypeError(f"torch has no {dtype.name}")
+        return lambda v: (torch.tanh(formats.to_torch(v, dtype)).double() == 1.0).numpy()
+    raise ValueError(backend)
+
+
+@dataclass(frozen=True)
+class BackendKnee:
+    dtype: str
+    backend: str
+    supported: bool
+    last_unsaturated_input: float | None = None
+    first_saturating_input: float | None = None
+    monotone: bool | None = None
+    method: str = ""
+    checked: int = 0
+    reason: str = ""  # why unsupported
+    horizons: list[dict] = field(default_factory=list)  # cap·first_saturating_input
+
+
+def backend_knee(dtype: np.dtype, backend: str, caps: list[float]) -> BackendKnee:
+    try:
+        predicate = saturation_predicate(backend, dtype)
+        switch: Switch = formats.find_switch(dtype, predicate, window=64 if backend == "exact" else 4096)
+    except (TypeError, RuntimeError, NotImplementedError) as err:
+        return BackendKnee(dtype.name, backend, False, reason=str(err).splitlines()[0])
+    first = switch.first_true
+    return BackendKnee(
+        dtype=dtype.name,
+        backend=backend,
+        supported=True,
+        last_unsaturated_input=switch.last_false,
+        first_saturating_input=first,
+        monotone=switch.monotone,
+        method=switch.method,
+        checked=switch.checked,
+        horizons=[{"cap": c, "horizon": None if first is None else c * first} for c in caps],
+    )
+
+
+@dataclass(frozen=True)
+class Knee:
+    dtype: str
+    bits: int
+    mantissa_bits: int
+    below_one: float
+    below_one_is_subnormal: bool
+    knee_doc_formula: float  # (ln2/2)(p+2)
+    knee_spacing: float  # ½ ln(4/ε₋)
+    knee_exact: float  # atanh(1 − ε₋/2)
+    last_unsaturated_input: float | None
+    first_saturating_input: float | None
+    horizons: list[dict]  # {"cap", "horizon" = c·knee_exact}
+
+
+def knee(dtype: np.dtype, caps: list[float]) -> tuple[Knee, BackendKnee]:
+    f = formats.facts(dtype)
+    exact = knee_exact(f.spacing_below_one)
+    doc = knee_doc_formula(f.mantissa_bits)
+    search = backend_knee(dtype, "exact", caps)
+    row = Knee(
+        dtype=f.dtype,
+        bits=f.bits,
+        mantissa_bits=f.mantissa_bits,
+        below_one=f.below_one,
+        below_one_is_subnormal=f.below_one_is_subnormal,
+        knee_doc_formula=doc,
+        knee_spacing=knee_spacing(f.spacing_below_one),
+        knee_exact=exact,
+        last_unsaturated_input=search.last_unsaturated_input,
+        first_saturating_input=search.first_saturating_input,
+        horizons=[{"cap": c, "horizon": c * exact} for c in caps],
+    )
+    return row, search
+
+
+# --- the gradient through the cap, as autograd computes it in a format ---------------------
+
+
+def autograd_gradient(a: np.ndarray, c: float, dtype: np.dtype) -> np.ndarray:
+    """d/da of c·tanh(a/c) by torch autograd, every op in ``dtype``; returned as float64."""
+    import torch
+
+    t = formats.to_torch(a, dtype).requires_grad_(True)
+    z = c * torch.tanh(t / c)
+    (grad,) = torch.autograd.grad(z, t, torch.ones_like(z))
+    return grad.double().numpy()
+
+
+def first_zero_gradient(c: float, dtype: np.dtype) -> Switch:
+    """The first input of the format whose autograd gradient through the cap is exactly 0."""
+    return formats.find_switch(dtype, lambda v: autograd_gradient(v, c, dtype) == 0.0)
+
+
+def exact_gradient(a: np.ndarray, c: float) -> np.ndarray:
+    from softcapgrad.softcap import sech2
+
+    return sech2(np.asarray(a, dtype=np.float64) / c)
+
+
+@dataclass(frozen=True)
+class Horizon:
+    cap: float
+    dtype: str
+    horizon: float  # c·x_knee, a real number
+    first_zero_grad_input: float | None
+    monotone: bool
+    probes: list[dict]  # {"a", "a_stored", "grad_autograd", "grad_exact"}
+    fp32_horizon: float
+    fp32_first_zero_grad_input: float | None
+
+
+def probe(a_values: list[float], c: float, dtype: np.dtype) -> list[dict]:
+    stored = np.asarray(a_values, dtype=np.float64).astype(dtype)
+    grads = autograd_gradient(stored, c, dtype)
+    exact = exact_gradient(stored.astype(np.float64), c)
+    return [
+        {"a": float(a), "a_stored": float(s), "grad_autograd": float(g), "grad_exact": float(e)}
+        for a, s, g, e in zip(a_values, stored.astype(np.float64), grads, exact)
+    ]
+
+
+def horizon(c: float, dtype: np.dtype, probes: list[float]) -> Horizon:
+    f32 = np.dtype(np.float32)
+    zero = first_zero_gradient(c, dtype)
+    zero32 = zero if dtype == f32 else first_zero_gradient(c, f32)
+    return Horizon(
+        cap=c,
+        dtype=dtype.name,
+        horizon=c * knee_exact(formats.facts(dtype).spacing_below_one),
+        first_zero_grad_input=zero.first_true,
+        monotone=zero.monotone,
+        probes=probe(probes, c, dtype),
+        fp32_horizon=c * knee_exact(formats.facts(f32).spacing_below_one),
+        fp32_first_zero_grad_input=zero32.first_true,
+    )
+
+
+def approach(c: float, dtype: np.dtype, first_zero: float, count: int) -> list[dict]:
+    """The last ``count`` representable inputs before ``first_zero``, and the first zero one."""
+    a = formats.neighbours_below(dtype, first_zero, count)
+    grads = autograd_gradient(a, c, dtype)
+    exact = exact_gradient(a.astype(np.float64), c)
+    rows = []
+    for ai, g, e in zip(a.astype(np.float64), grads, exact):
+        rows.append(
+            {
+                "cap": c,
+                "a": float(ai),
+                "grad_autograd": float(g),
+                "grad_exact": float(e),
+                "rel_error": float((g - e) / e),
+            }
+        )
+    return rows
+
+
+# --- reports ---------------------------------------------------------------------------------
+
+
+def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str]) -> Report:
+    rows, backend_rows = [], []
+    for dtype in dtypes:
+        row, search = knee(dtype, caps)
+        rows.append(asdict(row))
+        for backend in backends:
+            found = search if backend == "exact" else backend_knee(dtype, backend, caps)
+            backend_rows.append(asdict(found))
+    return Report(
+        command="knee",
+        params={"dtypes": [d.name for d in dtypes], "caps": caps, "backends": backends},
+        tables=(
+            Table(
+                "rows",
+                "where tanh(x) is stored as exactly 1.0",
+                rows,
+                ("dtype", "mantissa_bits", "below_one", "knee_doc_formula", "knee_spacing", "knee_exact",
+                 "last_unsaturated_input", "first_saturating_input", "horizons"),
+            ),
+            Table(
+                "backends",
+                "first input whose tanh a backend returns as 1.0 (searched over the format's own values)",
+                backend_rows,
+                ("dtype", "backend", "supported", "last_unsaturated_input", "first_saturating_input",
+                 "monotone", "method", "horizons", "reason"),
+            ),
+        ),
+        notes=(
+            "knee_doc_formula = (ln2/2)(p+2): criterion 1 − tanh(x) < 2^−(p+1), half the spacing above 1.0",
+            "knee_spacing = ½·ln(4/ε₋): criterion 1 − tanh(x) < ε₋/2, half the real spacing below 1.0 (= (ln2/2)(p+3) when 1 − ε₋ is normal)",
+            "knee_exact = atanh(1 − ε₋/2): tanh correctly rounded (nearest) reaches 1.0; first_saturating_input is the first value of the format past it",
+            "backend 'exact' decides tanh(x) > 1 − ε₋/2 in float64 and, near the midpoint, in 160-bit mpmath",
+            "monotone: every searched value past the switch also saturates (whole format when enumerated, ±4096 values when bisected)",
+        ),
+    )
+
+
+def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | None, sweep: int) -> Report:
+    rows, approach_rows = [], []
+    for c in caps:
+        h = horizon(c, dtype, probes if probes else [4.0 * c])
+        rows.append(asdict(h))
+        if h.first_zero_grad_input is not None and sweep > 0:
+            approach_rows.extend(approach(c, dtype, h.first_zero_grad_input, sweep))
+    return Report(
+        command="horizon",
+        params={"caps": caps, "dtype": dtype.name, "probes": probes, "sweep": sweep},
+        tables=(
+            Table(
+                "rows",
+                f"pre-cap horizon of z = c·tanh(a/c) in {dtype.name} (autograd, every op in the format)",
+                rows,
+                ("cap", "dtype", "horizon", "first_zero_grad_input", "probes", "fp32_horizon", "fp32_first_zero_grad_input"),
+            ),
+            Table("approach", "the last representable inputs before the horizon: format gradient vs exact sech²(a/c)", approach_rows),
+        ),
+        notes=(
+            "horizon = c·atanh(1 − ε₋/2), a real number; first_zero_grad_input is found by running autograd over the format's own inputs",
+            "a/c is rounded in the format before the tanh, so the first zero-gradient input can differ from c·x_knee",
+            "grad_autograd 0.0 is bit-exact zero: the stored tanh is 1.0 and the backward 1 − y² vanishes",
+        ),
+    )

@@ -1,0 +1,106 @@
+"""The command line: JSON for every subcommand, bad input as one line and exit code 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_version(cli):
+    code, _, out, _ = cli("--version")
+    assert code == 0 and out.startswith("softcapgrad ")
+
+
+def test_identity_json(cli):
+    code, data, _, _ = cli("identity", "--points", "20000", "--at", "8", "--json")
+    assert code == 0 and data["command"] == "identity"
+    assert data["max_abs_error"] <= 1e-15
+    assert [r["a_over_c"] for r in data["rows"]] == [1.0, 2.0, 4.0, 8.0]
+    assert set(data) >= {"params", "rows", "notes", "closed_forms"}
+
+
+def test_ratchet_json(cli):
+    code, data, _, _ = cli("ratchet", "--cap", "30", "--cap", "50", "--level", "0.9", "--json")
+    assert code == 0
+    assert [(r["cap"], r["f"]) for r in data["rows"]] == [(30.0, 0.9), (50.0, 0.9)]
+    assert data["rows"][1]["a"] == pytest.approx(50 / 30 * data["rows"][0]["a"])
+
+
+def test_knee_json_row_fields(cli):
+    code, data, _, _ = cli("knee", "--dtype", "bf16", "--cap", "30", "--json")
+    assert code == 0
+    (row,) = data["rows"]
+    assert row["dtype"] == "bfloat16" and row["mantissa_bits"] == 7
+    assert row["horizons"][0]["cap"] == 30.0
+    assert row["horizons"][0]["horizon"] == pytest.approx(30 * row["knee_exact"])
+    for key in ("knee_doc_formula", "knee_exact", "first_saturating_input"):
+        assert isinstance(row[key], float)
+    assert [b["backend"] for b in data["backends"]] == ["exact"]
+
+
+def test_knee_all_backends_reports_torch_gaps(cli):
+    code, data, _, _ = cli("knee", "--dtype", "fp8_e4m3fn", "--dtype", "fp32", "--backend", "all", "--json")
+    assert code == 0
+    torch_rows = {b["dtype"]: b for b in data["backends"] if b["backend"] == "torch"}
+    assert not torch_rows["float8_e4m3fn"]["supported"] and torch_rows["float32"]["supported"]
+
+
+def test_horizon_json(cli):
+    code, data, _, _ = cli("horizon", "--json")
+    assert code == 0
+    rows = {r["cap"]: r for r in data["rows"]}
+    assert set(rows) == {30.0, 50.0}
+    assert rows[30.0]["probes"][0]["a"] == 120.0 and rows[30.0]["probes"][0]["grad_autograd"] == 0.0
+    assert rows[50.0]["first_zero_grad_input"] > rows[50.0]["horizon"]
+    assert data["approach"][-1]["grad_autograd"] == 0.0
+
+
+def test_output_is_deterministic(cli):
+    first = cli("knee", "--dtype", "all", "--cap", "30")[2]
+    assert first == cli("knee", "--dtype", "all", "--cap", "30")[2]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["knee", "--cap", "0"], "--cap"),
+        (["knee", "--cap", "-3"], "--cap"),
+        (["knee", "--cap", "nan"], "--cap"),
+        (["knee", "--cap", "inf"], "--cap"),
+        (["knee", "--dtype", "fp7"], "known: bfloat16"),
+        (["knee", "--backend", "jax"], "--backend"),
+        (["identity", "--cap", "0"], "--cap"),
+        (["identity", "--points", "0"], "--points"),
+        (["identity", "--range", "3", "3"], "--range"),
+        (["identity", "--range", "4", "-4"], "--range"),
+        (["ratchet", "--level", "1"], "--level"),
+        (["ratchet", "--level", "-0.5"], "--level"),
+        (["ratchet", "--cap", "nan"], "--cap"),
+        (["horizon", "--dtype", "fp4_e2m1fn"], "--dtype"),
+        (["horizon", "--cap", "0"], "--cap"),
+    ],
+)
+def test_bad_input_one_line_exit_2(cli, args, needle):
+    code, _, out, err = cli(*args)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("softcapgrad: error:")
+
+
+def test_module_entry_point_bad_input_has_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "softcapgrad", "knee", "--cap", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_numpy_only_commands_do_not_import_torch():
+    code = (
+        "import sys\n"
+        "from softcapgrad.cli import main\n"
+        "sys.argv = ['softcapgrad', '{cmd}', '--json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    for cmd in ("ratchet", "knee"):
+        proc = subprocess.run([sys.executable, "-c", code.format(cmd=cmd)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
