@@ -10,7 +10,7 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from softcapgrad import __version__
-from softcapgrad.checks import InputError, at_least, choice, increasing_range, positive, positives, within
+from softcapgrad.checks import InputError, at_least, choice, finite, increasing_range, positive, positives, within
 from softcapgrad.report import Report, as_json, render_table
 
 app = typer.Typer(
@@ -142,6 +142,47 @@ def horizon(
         probes = [float(positive("--at", a)) for a in at] if at else None
         at_least("--sweep", sweep, 0)
         return horizon_report(caps, fmt, probes, sweep)
+
+    emit(build, json_out)
+
+
+@app.command()
+def dynamics(
+    a0: Annotated[float, typer.Option("--a0", help="Starting pre-cap logit of the wrong class.")] = 40.0,
+    cap: Annotated[float, typer.Option(help="Cap c.")] = 30.0,
+    lr: Annotated[float, typer.Option(help="Gradient-descent learning rate.")] = 1.0,
+    threshold: Annotated[float, typer.Option(help="Stop when the wrong class's probability falls below this.")] = 1e-3,
+    classes: Annotated[int, typer.Option(help="Number of classes K (the others sit at logit 0).")] = 2,
+    correct: Annotated[float, typer.Option(help="The correct class's fixed logit.")] = 0.0,
+    max_steps: Annotated[int, typer.Option(help="Give up after this many steps.")] = 100_000,
+    dtype: Annotated[str, typer.Option(help="fp64 (numpy), or bf16/fp16/fp32: the cap in that format by torch autograd.")] = "fp64",
+    sweep: Annotated[bool, typer.Option("--sweep", help="Also sweep the starting point.")] = False,
+    sweep_a0: Annotated[
+        Optional[list[float]], typer.Option("--sweep-a0", help="Starting points of the sweep (repeatable; implies --sweep).")
+    ] = None,
+    json_out: Json = False,
+) -> None:
+    """Steps gradient descent needs to correct a confidently wrong logit, with and without the cap."""
+
+    def build() -> Report:
+        from softcapgrad import formats
+        from softcapgrad.dynamics import Setting, dynamics_report
+
+        fmt = formats.resolve(dtype)
+        if fmt.name not in ("bfloat16", "float16", "float32", "float64"):
+            raise InputError(f"--dtype {dtype}: dynamics runs in bf16, fp16, fp32 or fp64")
+        setting = Setting(
+            cap=positive("--cap", cap),
+            lr=positive("--lr", lr),
+            threshold=within("--threshold", threshold, 0.0, 1.0),
+            classes=at_least("--classes", classes, 2),
+            correct=finite("--correct", correct),
+            max_steps=at_least("--max-steps", max_steps, 1),
+        )
+        starts = [finite("--sweep-a0", x) for x in sweep_a0] if sweep_a0 else None
+        if sweep and not starts:
+            starts = [float(x) for x in range(10, 131, 10)]
+        return dynamics_report(finite("--a0", a0), setting, fmt if fmt.name != "float64" else None, starts)
 
     emit(build, json_out)
 
