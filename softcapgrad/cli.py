@@ -187,6 +187,36 @@ def dynamics(
     emit(build, json_out)
 
 
+@app.command("gate-demo")
+def gate_demo(
+    section: Annotated[
+        Optional[list[str]], typer.Option("--section", help="competition | backward | laguna | cost | stability (repeatable; default all).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="Prefill lengths T for the cost table (repeatable).")] = None,
+    heads: Annotated[
+        Optional[list[int]], typer.Option("--heads", help="Query heads of each layer (repeatable, one per layer; default 48).")
+    ] = None,
+    model_dim: Annotated[int, typer.Option("--model-dim", help="Model width D.")] = 3072,
+    kv_heads: Annotated[int, typer.Option("--kv-heads", help="Key/value heads H_kv.")] = 8,
+    head_dim: Annotated[int, typer.Option("--head-dim", help="Channels per head d_h.")] = 128,
+    json_out: Json = False,
+) -> None:
+    """Softmax vs softplus, their backward passes, and the Laguna per-head softplus gate."""
+
+    def build() -> Report:
+        from softcapgrad.gates import SECTIONS, Config, Shape, gate_demo_report
+
+        sections = [choice("--section", name, SECTIONS) for name in section] if section else list(SECTIONS)
+        layer_heads = [at_least("--heads", h, 1) for h in heads or [48]]
+        lengths = [at_least("--tokens", t, 1) for t in tokens or [1024, 8192, 131072]]
+        cfg = Config(D=at_least("--model-dim", model_dim, 1), H_kv=at_least("--kv-heads", kv_heads, 1),
+                     d_h=at_least("--head-dim", head_dim, 1))
+        return gate_demo_report(sections, seed, Shape(), cfg, layer_heads, lengths)
+
+    emit(build, json_out)
+
+
 @app.command()
 def reproduce(
     out: Annotated[Path, typer.Option(help="Folder for claims.json and claims.md.")] = Path("results"),

@@ -76,7 +76,8 @@ def format_cell(value: Any) -> str:
     if isinstance(value, dict):
         return " ".join(f"{k}={format_cell(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return "\n".join(format_cell(v) for v in value)
+        nested = any(isinstance(v, (dict, list, tuple)) for v in value)
+        return ("\n" if nested else ", ").join(format_cell(v) for v in value)
     return str(value)
 
 
