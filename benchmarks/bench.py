@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 PY = sys.executable
-REPEAT = 5
+REPEAT = 9
 
 
 def wall(cmd: list[str], repeat: int = REPEAT) -> float:
@@ -47,13 +47,41 @@ def reproduce() -> list[tuple[str, float, str]]:
     return [("softcapgrad reproduce (whole ledger)", t, "target < 15 s")]
 
 
-SECTIONS: list[Callable[[], list[tuple[str, float, str]]]] = [cold_starts, reproduce]
+def dynamics() -> list[tuple[str, float, str]]:
+    from softcapgrad.dynamics import Setting, headline, sweep
+
+    s = Setting(cap=30.0)
+    return [
+        ("dynamics default (a0 = 40, c = 30, float64), both runs", timed(lambda: headline(40.0, s)), "target < 1 s"),
+        ("dynamics sweep a0 = 10..130 (13 starts, vectorised)", timed(lambda: sweep([float(x) for x in range(10, 131, 10)], s), 1), ""),
+    ]
+
+
+def tether_step() -> list[tuple[str, float, str]]:
+    import torch
+
+    from softcapgrad.tether import FloorSchedule, TetherGate, tethergate_step, tethergate_step_per_gate
+
+    gate = TetherGate(1000)
+    gate.ema_s.copy_(torch.linspace(-1, 1, 1000))
+    sched = FloorSchedule("exp", ramp_start=0, tau=100.0)
+    steps = 20
+    vec = timed(lambda: [tethergate_step(gate, t, sched, lr=1e-3, wd=20.0) for t in range(1, steps + 1)]) / steps
+    loop = timed(lambda: [tethergate_step_per_gate(gate, t, sched, lr=1e-3, wd=20.0) for t in range(1, steps + 1)], 1) / steps
+    return [
+        ("tethergate_step, 1,000 gates, tensor ops (per step)", vec, ""),
+        ("tethergate_step_per_gate, 1,000 gates, one read per gate (per step)", loop, f"{loop / vec:.0f}x slower"),
+    ]
+
+
+SECTIONS: list[Callable[[], list[tuple[str, float, str]]]] = [cold_starts, reproduce, dynamics, tether_step]
 
 
 def main() -> None:
     for section in SECTIONS:
         for name, seconds, note in section():
-            print(f"{name:<60} {seconds * 1000:10.1f} ms  {note}")
+            shown = f"{seconds * 1000:10.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:10.1f} µs"
+            print(f"{name:<68} {shown}  {note}")
 
 
 if __name__ == "__main__":

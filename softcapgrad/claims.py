@@ -198,6 +198,31 @@ def _identity_claim(key: str, label: str) -> Claim:
                  lambda: _gates("backward")[label]["max_abs_error"], "reproduced", _IDENTITY_WHY, _F64_IDENTITY)
 
 
+@cache
+def _push() -> dict[tuple[float, float], dict]:
+    from softcapgrad import tether_demo
+
+    return {(r["lr"], r["wd"]): r for r in tether_demo.steady_push(tether_demo.PUSH_LRS, tether_demo.PUSH_WDS)}
+
+
+def _shift(wd: float) -> float:
+    """The measured gate-argument shift at the smallest lr of the sweep."""
+    from softcapgrad import tether_demo
+
+    return _push()[(min(tether_demo.PUSH_LRS), wd)]["shift"]
+
+
+def _lr_spread(wd: float) -> float:
+    """Worst |offset·wd − 1| over the 150× LR range."""
+    return max(abs(r["offset"] * wd - 1) for (lr, w), r in _push().items() if w == wd)
+
+
+def _stability_boundary() -> float:
+    from softcapgrad.tether_demo import stability_boundary
+
+    return stability_boundary()
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("identity-autograd", SOFTCAP_DOC, "The exact gradient identity",
           "1 − (z/c)² agrees with autograd over two million points to", "3.3e-16", "at_most",
@@ -269,6 +294,22 @@ CLAIMS: tuple[Claim, ...] = (
           "hand-written ∂L/∂A, ∂L/∂G, ∂L/∂Z_g, ∂L/∂W_g, ∂L/∂H agree with autograd (largest error)", "0", "at_most",
           lambda: max(r["max_abs_error"] / max(1.0, r["max_abs_value"]) for r in _gates("laguna")), "reproduced",
           "float64, B=2 T=6 D=32 H_q=4 H_kv=2 d_h=8; error relative to the gradient's size, 16 ulps", _F64_IDENTITY),
+    Claim("shift-wd-20", TETHER_DOC, "Choosing wd", "gate-argument shift at wd = 20, β = 6", "0.3", "approx",
+          lambda: _shift(20.0), "reproduced",
+          "measured under a constant closing push with Adam at lr = 1e-3; the fixed point is β(1 − lr·wd)/wd"),
+    Claim("shift-wd-0.5", TETHER_DOC, "Choosing wd", "gate-argument shift at wd = 0.5, β = 6", "12", "approx",
+          lambda: _shift(0.5), "reproduced",
+          "a constant push on θ; through the gate itself a shift of 12 passes the clamp at arg_min = −8, where the "
+          "loss gradient is exactly 0 and the push stops (tether-demo --section clamp)"),
+    Claim("equilibrium-lr-independent", TETHER_DOC, "Choosing wd",
+          "θ − θ* ≈ 1/wd whatever the LR: worst |offset·wd − 1| over a 150× LR range at wd = 0.5", "0", "at_most",
+          lambda: _lr_spread(0.5), "reproduced",
+          lambda: (f"'about' read as within 10%; offset·wd = 1 − lr·wd exactly, so at wd = 20 the same LR range "
+                   f"gives {_lr_spread(20.0):.3g} (lr·wd up to 3, unstable)"), 0.1),
+    Claim("stability-lr-wd", TETHER_DOC, "Choosing wd", "stability requires lr·wd ≪ 1: the largest stable lr·wd",
+          "1", "at_most", _stability_boundary, "differs",
+          "the spring recurrence d ← (d + lr)(1 − lr·wd) is stable for lr·wd < 2 and monotone below 1; ≪ 1 is "
+          "what keeps the offset at 1/wd, not what keeps it stable", 0.0),
 )
 
 

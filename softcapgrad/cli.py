@@ -217,6 +217,25 @@ def gate_demo(
     emit(build, json_out)
 
 
+@app.command("tether-demo")
+def tether_demo(
+    section: Annotated[
+        Optional[list[str]], typer.Option("--section", help="collapse | wd | clamp | floor | anchors (repeatable; default all).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the toy signal.")] = 0,
+    json_out: Json = False,
+) -> None:
+    """TetherGate against its document: collapse, choice of wd, clamp, floor, anchors."""
+
+    def build() -> Report:
+        from softcapgrad.tether_demo import SECTIONS, tether_demo_report
+
+        sections = [choice("--section", name, SECTIONS) for name in section] if section else list(SECTIONS)
+        return tether_demo_report(sections, seed)
+
+    emit(build, json_out)
+
+
 @app.command()
 def reproduce(
     out: Annotated[Path, typer.Option(help="Folder for claims.json and claims.md.")] = Path("results"),
