@@ -68,25 +68,25 @@ class Claim:
 
 @cache
 def _identity():
-    from softcapgrad.softcap import check_identity
+    from softcapgrad.attenuation import check_identity
 
     return check_identity(30.0, 2_000_000)
 
 
 def _attenuation(multiple: float) -> float:
-    from softcapgrad.softcap import attenuation_table
+    from softcapgrad.attenuation import attenuation_table
 
     return attenuation_table([multiple])[0].attenuation
 
 
 def _asymptote_rel_error(multiple: float) -> float:
-    from softcapgrad.softcap import attenuation_table
+    from softcapgrad.attenuation import attenuation_table
 
     return attenuation_table([multiple])[0].asymptote_rel_error
 
 
 def _ratchet(f: float, c: float = 30.0) -> float:
-    from softcapgrad.softcap import ratchet
+    from softcapgrad.attenuation import ratchet
 
     return ratchet(c, [f])[0].a
 

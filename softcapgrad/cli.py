@@ -71,7 +71,7 @@ def identity(
     """dz/da = 1 − (z/c)² = sech²(a/c) against autograd, and the attenuation table."""
 
     def build() -> Report:
-        from softcapgrad.softcap import identity_report
+        from softcapgrad.attenuation import identity_report
 
         c = positive("--cap", cap)
         at_least("--points", points, 2)
@@ -91,7 +91,7 @@ def ratchet(
     """The unbounded input behind a bounded output: a = c·atanh(f), gradient 1 − f²."""
 
     def build() -> Report:
-        from softcapgrad.softcap import ratchet_report
+        from softcapgrad.attenuation import ratchet_report
 
         caps = positives("--cap", cap or [30.0])
         levels = [within("--level", f, 0.0, 1.0, closed_lo=True) for f in (level or [0.9, 0.99, 0.999])]

@@ -168,7 +168,7 @@ def first_zero_gradient(c: float, dtype: np.dtype) -> Switch:
 
 
 def exact_gradient(a: np.ndarray, c: float) -> np.ndarray:
-    from softcapgrad.softcap import sech2
+    from softcapgrad.attenuation import sech2
 
     return sech2(np.asarray(a, dtype=np.float64) / c)
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from softcapgrad.report import Report, Table
-from softcapgrad.softcap import sech2
+from softcapgrad.attenuation import sech2
 
 
 @dataclass(frozen=True)

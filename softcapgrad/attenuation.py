@@ -18,11 +18,6 @@ import numpy as np
 from softcapgrad.report import Report, Table
 
 
-def softcap(a: np.ndarray, c: float) -> np.ndarray:
-    """z = c·tanh(a/c)."""
-    return c * np.tanh(a / c)
-
-
 def sech2(x: np.ndarray) -> np.ndarray:
     """sech²(x) = 1/cosh²(x); 0 once cosh overflows."""
     with np.errstate(over="ignore"):
