@@ -105,18 +105,20 @@ def knee(
     dtype: Dtypes = None,
     cap: Caps = None,
     backend: Annotated[str, typer.Option(help="exact | numpy | torch | all (torch is imported only when asked).")] = "exact",
+    fn: Annotated[Optional[list[str]], typer.Option("--fn", help="tanh | sigmoid (repeatable; default tanh).")] = None,
     json_out: Json = False,
 ) -> None:
-    """Where tanh(x) is stored as exactly 1.0 in each float format."""
+    """Where tanh(x) (or a sigmoid) is stored as exactly 1.0 in each float format."""
 
     def build() -> Report:
         from softcapgrad import formats
-        from softcapgrad.deadzone import BACKENDS, knee_report
+        from softcapgrad.deadzone import BACKENDS, FUNCTIONS, knee_report
 
         dtypes = formats.resolve_many(dtype or ["bf16"])
         caps = positives("--cap", cap or [])
         name = choice("--backend", backend, (*BACKENDS, "all"))
-        return knee_report(dtypes, caps, list(BACKENDS) if name == "all" else [name])
+        fns = [choice("--fn", f, FUNCTIONS) for f in fn or ["tanh"]]
+        return knee_report(dtypes, caps, list(BACKENDS) if name == "all" else [name], fns)
 
     emit(build, json_out)
 
@@ -127,6 +129,12 @@ def horizon(
     dtype: Annotated[str, typer.Option(help="Float format of the scores and the cap.")] = "bf16",
     at: Annotated[Optional[list[float]], typer.Option("--at", help="Probe inputs a (default 4c per cap).")] = None,
     sweep: Annotated[int, typer.Option(help="How many inputs before the horizon to show.")] = 6,
+    path: Annotated[
+        Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all'); replaces --dtype.")
+    ] = None,
+    sigmoid_max: Annotated[Optional[float], typer.Option(help="Sigmoid cap m in m·σ((l + b)/s) (default 2c).")] = None,
+    sigmoid_scale: Annotated[Optional[float], typer.Option(help="Sigmoid cap s (default c/2).")] = None,
+    sigmoid_shift: Annotated[float, typer.Option(help="Sigmoid cap b.")] = 0.0,
     json_out: Json = False,
 ) -> None:
     """The pre-cap horizon c·x_knee and the first input whose autograd gradient is exactly 0."""
@@ -136,6 +144,17 @@ def horizon(
         from softcapgrad.deadzone import horizon_report
 
         caps = positives("--cap", cap or [50.0, 30.0])
+        if path:
+            from softcapgrad.paths import RECIPES, Sigmoid, paths_report
+
+            names = list(RECIPES) if "all" in path else [choice("--path", p, RECIPES) for p in path]
+            sig = Sigmoid(
+                m=None if sigmoid_max is None else positive("--sigmoid-max", sigmoid_max),
+                s=None if sigmoid_scale is None else positive("--sigmoid-scale", sigmoid_scale),
+                b=finite("--sigmoid-shift", sigmoid_shift),
+            )
+            probes = [float(positive("--at", a)) for a in at] if at else None
+            return paths_report(names, caps, probes, sig)
         fmt = formats.resolve(dtype)
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
@@ -160,6 +179,7 @@ def dynamics(
     sweep_a0: Annotated[
         Optional[list[float]], typer.Option("--sweep-a0", help="Starting points of the sweep (repeatable; implies --sweep).")
     ] = None,
+    backward: Annotated[str, typer.Option(help="eager | remedy (softcapgrad.softcap; low formats only).")] = "eager",
     json_out: Json = False,
 ) -> None:
     """Steps gradient descent needs to correct a confidently wrong logit, with and without the cap."""
@@ -182,7 +202,10 @@ def dynamics(
         starts = [finite("--sweep-a0", x) for x in sweep_a0] if sweep_a0 else None
         if sweep and not starts:
             starts = [float(x) for x in range(10, 131, 10)]
-        return dynamics_report(finite("--a0", a0), setting, fmt if fmt.name != "float64" else None, starts)
+        mode = choice("--backward", backward, ("eager", "remedy"))
+        if mode == "remedy" and fmt.name == "float64":
+            raise InputError("--backward remedy needs --dtype bf16, fp16 or fp32 (the float64 run is numpy, without autograd)")
+        return dynamics_report(finite("--a0", a0), setting, fmt if fmt.name != "float64" else None, starts, mode)
 
     emit(build, json_out)
 
@@ -232,6 +255,36 @@ def tether_demo(
 
         sections = [choice("--section", name, SECTIONS) for name in section] if section else list(SECTIONS)
         return tether_demo_report(sections, seed)
+
+    emit(build, json_out)
+
+
+@app.command()
+def scan(
+    file: Annotated[Path, typer.Argument(help="A .pt, .npy or .safetensors file of pre-cap values.")],
+    cap: Annotated[float, typer.Option(help="Cap c.")] = 30.0,
+    dtype: Annotated[str, typer.Option(help="Training format; picks the eager path (bf16 or fp16) when --path is absent.")] = "bf16",
+    path: Annotated[Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all').")] = None,
+    key: Annotated[Optional[list[str]], typer.Option("--key", help="Only these tensors (repeatable).")] = None,
+    json_out: Json = False,
+) -> None:
+    """Do real pre-cap values reach the dead zone? Counts per tensor and path, attenuation quantiles, histogram."""
+
+    def build() -> Report:
+        from softcapgrad import formats
+        from softcapgrad.paths import RECIPES
+        from softcapgrad.scan import scan_report
+
+        c = positive("--cap", cap)
+        if path:
+            names = list(RECIPES) if "all" in path else [choice("--path", p, RECIPES) for p in path]
+        else:
+            fmt = formats.resolve(dtype).name
+            eager = {"bfloat16": "eager-bf16", "float16": "eager-fp16"}.get(fmt)
+            if eager is None:
+                raise InputError(f"--dtype {dtype}: give --path for formats other than bf16 and fp16")
+            names = [eager]
+        return scan_report(file, c, names, key)
 
     emit(build, json_out)
 

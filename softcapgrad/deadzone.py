@@ -1,4 +1,4 @@
-"""Where tanh saturates in a float format, and where the soft-cap gradient becomes exactly zero.
+"""Where tanh (or a sigmoid) saturates in a float format, and where the soft-cap gradient is exactly zero.
 
 softcapgrad.md, "The bf16 dead-zone". Round-to-nearest turns tanh(x) into exactly 1.0 once
 tanh(x) passes the midpoint m between 1.0 and its lower neighbour 1 − ε₋ (ε₋ = ``epsneg``):
@@ -31,26 +31,38 @@ def knee_doc_formula(p: int) -> float:
     return math.log(2.0) / 2.0 * (p + 2)
 
 
-def knee_spacing(epsneg: float) -> float:
-    """½·ln(4/ε₋): from 1 − tanh(x) ≈ 2e^{−2x} reaching half the real spacing below 1.0."""
-    return 0.5 * math.log(4.0 / epsneg)
+def knee_spacing(epsneg: float, fn: str = "tanh") -> float:
+    """From the tail 1 − f(x) reaching half the real spacing below 1.0, ε₋/2.
+
+    tanh: 1 − tanh(x) ≈ 2e^{−2x}, so ½·ln(4/ε₋); sigmoid: 1 − σ(x) ≈ e^{−x}, so ln(2/ε₋).
+    """
+    return 0.5 * math.log(4.0 / epsneg) if fn == "tanh" else math.log(2.0 / epsneg)
 
 
-def knee_exact(epsneg: float) -> float:
-    """atanh(1 − ε₋/2), the smallest real x whose tanh rounds to 1.0 (float64-accurate)."""
+def knee_exact(epsneg: float, fn: str = "tanh") -> float:
+    """The smallest real x whose f(x) rounds to 1.0: f⁻¹(1 − ε₋/2), float64-accurate.
+
+    tanh: atanh(1 − h) = ½·ln((2 − h)/h); sigmoid: logit(1 − h) = ln((1 − h)/h); h = ε₋/2.
+    """
     h = epsneg / 2.0
-    return 0.5 * (math.log(2.0 - h) - math.log(h))
+    if fn == "tanh":
+        return 0.5 * (math.log(2.0 - h) - math.log(h))
+    return math.log1p(-h) - math.log(h)
 
 
-def _tanh_exceeds(values: np.ndarray, epsneg: float) -> np.ndarray:
-    """tanh(x) > 1 − ε₋/2, decided exactly: float64 where the margin is clear, else mpmath.
+FUNCTIONS = ("tanh", "sigmoid")
 
-    tanh of a non-zero dyadic rational is transcendental, so it never equals the midpoint and
-    the tie rule of the rounding never matters.
+
+def _exceeds(values: np.ndarray, epsneg: float, fn: str) -> np.ndarray:
+    """f(x) > 1 − ε₋/2, decided exactly: float64 where the margin is clear, else mpmath.
+
+    tanh and σ of a non-zero dyadic rational are transcendental, so they never equal the
+    midpoint and the tie rule of the rounding never matters.
     """
     x = values.astype(np.float64)
-    margin = np.tanh(x) - (1.0 - epsneg / 2.0)
-    decided = np.abs(margin) > 1e-14  # float64 tanh is good to a few 1e-16 near 1
+    f64 = np.tanh(x) if fn == "tanh" else 1.0 / (1.0 + np.exp(-x))
+    margin = f64 - (1.0 - epsneg / 2.0)
+    decided = np.abs(margin) > 1e-14  # float64 tanh and σ are good to a few 1e-16 near 1
     out = margin > 0
     if decided.all():
         return out
@@ -58,24 +70,31 @@ def _tanh_exceeds(values: np.ndarray, epsneg: float) -> np.ndarray:
 
     with mpmath.workprec(160):
         m = 1 - mpmath.mpf(epsneg) / 2
+        f = mpmath.tanh if fn == "tanh" else (lambda t: 1 / (1 + mpmath.exp(-t)))
         for i in np.flatnonzero(~decided):
-            out[i] = mpmath.tanh(mpmath.mpf(float(x[i]))) > m
+            out[i] = f(mpmath.mpf(float(x[i]))) > m
     return out
 
 
-def saturation_predicate(backend: str, dtype: np.dtype):
-    """A vectorised 'tanh(x) is stored as 1.0' test over values of ``dtype`` for one backend."""
+def saturation_predicate(backend: str, dtype: np.dtype, fn: str = "tanh"):
+    """A vectorised 'f(x) is stored as 1.0' test over values of ``dtype`` for one backend.
+
+    numpy has no sigmoid: its backend evaluates 1/(1 + exp(−x)) in the format, as users write it.
+    """
     epsneg = formats.facts(dtype).spacing_below_one
     if backend == "exact":
-        return lambda v: _tanh_exceeds(v, epsneg)
+        return lambda v: _exceeds(v, epsneg, fn)
     if backend == "numpy":
-        return lambda v: np.tanh(v).astype(np.float64) == 1.0
+        one = np.ones((), dtype=dtype)
+        f = np.tanh if fn == "tanh" else (lambda v: one / (one + np.exp(-v)))
+        return lambda v: f(v).astype(np.float64) == 1.0
     if backend == "torch":
         import torch
 
         if formats.torch_dtype(dtype) is None:
             raise TypeError(f"torch has no {dtype.name}")
-        return lambda v: (torch.tanh(formats.to_torch(v, dtype)).double() == 1.0).numpy()
+        f = torch.tanh if fn == "tanh" else torch.sigmoid
+        return lambda v: (f(formats.to_torch(v, dtype)).double() == 1.0).numpy()
     raise ValueError(backend)
 
 
@@ -83,6 +102,7 @@ def saturation_predicate(backend: str, dtype: np.dtype):
 class BackendKnee:
     dtype: str
     backend: str
+    fn: str
     supported: bool
     last_unsaturated_input: float | None = None
     first_saturating_input: float | None = None
@@ -93,16 +113,17 @@ class BackendKnee:
     horizons: list[dict] = field(default_factory=list)  # cap·first_saturating_input
 
 
-def backend_knee(dtype: np.dtype, backend: str, caps: list[float]) -> BackendKnee:
+def backend_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "tanh") -> BackendKnee:
     try:
-        predicate = saturation_predicate(backend, dtype)
+        predicate = saturation_predicate(backend, dtype, fn)
         switch: Switch = formats.find_switch(dtype, predicate, window=64 if backend == "exact" else 4096)
     except (TypeError, RuntimeError, NotImplementedError) as err:
-        return BackendKnee(dtype.name, backend, False, reason=str(err).splitlines()[0])
+        return BackendKnee(dtype.name, backend, fn, False, reason=str(err).splitlines()[0])
     first = switch.first_true
     return BackendKnee(
         dtype=dtype.name,
         backend=backend,
+        fn=fn,
         supported=True,
         last_unsaturated_input=switch.last_false,
         first_saturating_input=first,
@@ -116,31 +137,32 @@ def backend_knee(dtype: np.dtype, backend: str, caps: list[float]) -> BackendKne
 @dataclass(frozen=True)
 class Knee:
     dtype: str
+    fn: str
     bits: int
     mantissa_bits: int
     below_one: float
     below_one_is_subnormal: bool
-    knee_doc_formula: float  # (ln2/2)(p+2)
-    knee_spacing: float  # ½ ln(4/ε₋)
-    knee_exact: float  # atanh(1 − ε₋/2)
+    knee_doc_formula: float | None  # (ln2/2)(p+2), tanh only
+    knee_spacing: float  # ½ ln(4/ε₋) for tanh, ln(2/ε₋) for sigmoid
+    knee_exact: float  # f⁻¹(1 − ε₋/2)
     last_unsaturated_input: float | None
     first_saturating_input: float | None
     horizons: list[dict]  # {"cap", "horizon" = c·knee_exact}
 
 
-def knee(dtype: np.dtype, caps: list[float]) -> tuple[Knee, BackendKnee]:
+def knee(dtype: np.dtype, caps: list[float], fn: str = "tanh") -> tuple[Knee, BackendKnee]:
     f = formats.facts(dtype)
-    exact = knee_exact(f.spacing_below_one)
-    doc = knee_doc_formula(f.mantissa_bits)
-    search = backend_knee(dtype, "exact", caps)
+    exact = knee_exact(f.spacing_below_one, fn)
+    search = backend_knee(dtype, "exact", caps, fn)
     row = Knee(
         dtype=f.dtype,
+        fn=fn,
         bits=f.bits,
         mantissa_bits=f.mantissa_bits,
         below_one=f.below_one,
         below_one_is_subnormal=f.below_one_is_subnormal,
-        knee_doc_formula=doc,
-        knee_spacing=knee_spacing(f.spacing_below_one),
+        knee_doc_formula=knee_doc_formula(f.mantissa_bits) if fn == "tanh" else None,
+        knee_spacing=knee_spacing(f.spacing_below_one, fn),
         knee_exact=exact,
         last_unsaturated_input=search.last_unsaturated_input,
         first_saturating_input=search.first_saturating_input,
@@ -233,38 +255,39 @@ def approach(c: float, dtype: np.dtype, first_zero: float, count: int) -> list[d
 # --- reports ---------------------------------------------------------------------------------
 
 
-def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str]) -> Report:
+def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], fns: list[str]) -> Report:
     rows, backend_rows = [], []
     for dtype in dtypes:
-        row, search = knee(dtype, caps)
-        rows.append(asdict(row))
-        for backend in backends:
-            found = search if backend == "exact" else backend_knee(dtype, backend, caps)
-            backend_rows.append(asdict(found))
+        for fn in fns:
+            row, search = knee(dtype, caps, fn)
+            rows.append(asdict(row))
+            for backend in backends:
+                found = search if backend == "exact" else backend_knee(dtype, backend, caps, fn)
+                backend_rows.append(asdict(found))
     return Report(
         command="knee",
-        params={"dtypes": [d.name for d in dtypes], "caps": caps, "backends": backends},
+        params={"dtypes": [d.name for d in dtypes], "caps": caps, "backends": backends, "fns": fns},
         tables=(
             Table(
                 "rows",
-                "where tanh(x) is stored as exactly 1.0",
+                "where f(x) is stored as exactly 1.0",
                 rows,
-                ("dtype", "mantissa_bits", "below_one", "knee_doc_formula", "knee_spacing", "knee_exact",
+                ("dtype", "fn", "mantissa_bits", "below_one", "knee_doc_formula", "knee_spacing", "knee_exact",
                  "last_unsaturated_input", "first_saturating_input", "horizons"),
             ),
             Table(
                 "backends",
-                "first input whose tanh a backend returns as 1.0 (searched over the format's own values)",
+                "first input whose f a backend returns as 1.0 (searched over the format's own values)",
                 backend_rows,
-                ("dtype", "backend", "supported", "last_unsaturated_input", "first_saturating_input",
+                ("dtype", "fn", "backend", "supported", "last_unsaturated_input", "first_saturating_input",
                  "monotone", "method", "horizons", "reason"),
             ),
         ),
         notes=(
             "knee_doc_formula = (ln2/2)(p+2): criterion 1 − tanh(x) < 2^−(p+1), half the spacing above 1.0",
-            "knee_spacing = ½·ln(4/ε₋): criterion 1 − tanh(x) < ε₋/2, half the real spacing below 1.0 (= (ln2/2)(p+3) when 1 − ε₋ is normal)",
-            "knee_exact = atanh(1 − ε₋/2): tanh correctly rounded (nearest) reaches 1.0; first_saturating_input is the first value of the format past it",
-            "backend 'exact' decides tanh(x) > 1 − ε₋/2 in float64 and, near the midpoint, in 160-bit mpmath",
+            "knee_spacing: criterion 1 − f(x) < ε₋/2, half the real spacing below 1.0; tanh: ½·ln(4/ε₋) (= (ln2/2)(p+3) when 1 − ε₋ is normal), sigmoid: ln(2/ε₋)",
+            "knee_exact = f⁻¹(1 − ε₋/2): f correctly rounded (nearest) reaches 1.0; first_saturating_input is the first value of the format past it",
+            "backend 'exact' decides f(x) > 1 − ε₋/2 in float64 and, near the midpoint, in 160-bit mpmath; numpy's sigmoid is 1/(1 + exp(−x)) in the format",
             "monotone: every searched value past the switch also saturates (whole format when enumerated, ±4096 values when bisected)",
         ),
     )

@@ -103,13 +103,16 @@ def descend(a0: np.ndarray, s: Setting, capped: bool) -> Runs:
         )
 
 
-def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype) -> Runs:
+def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: str = "eager") -> Runs:
     """Mixed precision: fp32 master a; the cap forward and backward in ``dtype`` by torch autograd.
 
     The loss (softmax cross-entropy) is taken in fp32 from the low-precision logit. A start whose
-    gradient is exactly 0 while p ≥ threshold can never move again: it is 'stalled'.
+    gradient is exactly 0 while p ≥ threshold can never move again: it is 'stalled'. With
+    ``backward="remedy"`` the cap is ``softcapgrad.softcap``: same forward, fp32 sech² backward.
     """
     import torch
+
+    from softcapgrad.remedy import softcap
 
     tdtype = getattr(torch, np.dtype(dtype).name)
     a = torch.tensor(np.asarray(a0, dtype=np.float64), dtype=torch.float32)
@@ -123,7 +126,10 @@ def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype) -> Ru
     shift = math.log(s.rest)
     for n_step in range(s.max_steps + 1):
         x = a.to(tdtype).requires_grad_(True)
-        z = s.cap * torch.tanh(x / s.cap) if capped else x
+        if not capped:
+            z = x
+        else:
+            z = softcap(x, s.cap) if backward == "remedy" else s.cap * torch.tanh(x / s.cap)
         margin = z.float() - shift
         loss = torch.nn.functional.softplus(margin).sum()  # −log(1 − p) = CE on the correct class + const
         (grad,) = torch.autograd.grad(loss, x)
@@ -175,10 +181,10 @@ def integral_steps(a0: float, s: Setting, capped: bool, points: int = 400_001) -
     return float(np.trapezoid(1.0 / g, a))
 
 
-def run(a0: np.ndarray, s: Setting, capped: bool, dtype=None) -> Runs:
+def run(a0: np.ndarray, s: Setting, capped: bool, dtype=None, backward: str = "eager") -> Runs:
     if dtype is None or np.dtype(dtype) == np.float64:
         return descend(a0, s, capped)
-    return descend_low_precision(a0, s, capped, dtype)
+    return descend_low_precision(a0, s, capped, dtype, backward)
 
 
 def pointwise_factor(a0: float, cap: float) -> float:
@@ -207,8 +213,8 @@ class Headline:
     integral_ratio: float | None
 
 
-def headline(a0: float, s: Setting, dtype=None) -> tuple[Headline, Runs, Runs]:
-    capped = run(np.array([a0]), s, True, dtype)
+def headline(a0: float, s: Setting, dtype=None, backward: str = "eager") -> tuple[Headline, Runs, Runs]:
+    capped = run(np.array([a0]), s, True, dtype, backward)
     uncapped = run(np.array([a0]), s, False, dtype)
     i_capped, i_uncapped = integral_steps(a0, s, True), integral_steps(a0, s, False)
     return (
@@ -227,9 +233,9 @@ def headline(a0: float, s: Setting, dtype=None) -> tuple[Headline, Runs, Runs]:
     )
 
 
-def sweep(a0s: list[float], s: Setting, dtype=None) -> list[dict]:
+def sweep(a0s: list[float], s: Setting, dtype=None, backward: str = "eager") -> list[dict]:
     starts = np.asarray(a0s, dtype=np.float64)
-    capped, uncapped = run(starts, s, True, dtype), run(starts, s, False, dtype)
+    capped, uncapped = run(starts, s, True, dtype, backward), run(starts, s, False, dtype)
     return [
         {
             "a0": float(a0),
@@ -254,15 +260,15 @@ def _phase_rows(label: str, runs: Runs, s: Setting) -> list[dict]:
     ]
 
 
-def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None) -> Report:
-    head, capped, uncapped = headline(a0, s, dtype)
+def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None, backward: str = "eager") -> Report:
+    head, capped, uncapped = headline(a0, s, dtype, backward)
     name = np.dtype(dtype).name if dtype is not None else "float64"
     tables = [
         Table("rows", f"correcting a wrong logit from a0 = {a0:g} (cap {s.cap:g}, {name})", [asdict(head)]),
         Table("phases", "where the steps go", _phase_rows("capped", capped, s) + _phase_rows("uncapped", uncapped, s)),
     ]
     if sweep_a0:
-        tables.append(Table("sweep", "slowdown ratio by starting point", sweep(sweep_a0, s, dtype)))
+        tables.append(Table("sweep", "slowdown ratio by starting point", sweep(sweep_a0, s, dtype, backward)))
     notes = [
         "ratio = capped steps / uncapped steps; pointwise_factor = 1/sech²(a0/c), the slowdown at the start alone",
         "integral_* = ∫ da/(lr·p·sech²) from p = threshold to a0: the step count of the continuous flow",
@@ -273,9 +279,11 @@ def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None) 
             "; the threshold needs a logit below −c, which the cap never reaches" if end_point(s, True) is None else ""))
     if dtype is not None and name != "float64":
         notes.append(f"{name}: fp32 master value; cap forward and backward in {name}; 'stalled' = gradient exactly 0")
+        if backward == "remedy":
+            notes.append("backward=remedy: softcapgrad.softcap, the cap's gradient recomputed as sech²(a/c) in fp32 from the input")
     return Report(
         command="dynamics",
-        params={"a0": a0, "dtype": name, **asdict(s), "sweep": sweep_a0},
+        params={"a0": a0, "dtype": name, "backward": backward, **asdict(s), "sweep": sweep_a0},
         tables=tuple(tables),
         notes=tuple(notes),
         figures={k: getattr(head, k) for k in ("status", "steps_capped", "steps_uncapped", "ratio", "pointwise_factor")},
