@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from softcapgrad import deadzone, formats
+from softcapgrad.remedy import cap_from_input
 from softcapgrad.remedy import softcap as remedy_softcap
 
 
@@ -58,22 +59,6 @@ class Sigmoid:
         return (2.0 * c if self.m is None else self.m, c / 2.0 if self.s is None else self.s, self.b)
 
 
-class _RecomputedTanh(torch.autograd.Function):
-    """c·tanh(a/c) in fp32 whose backward recomputes t = tanh(a/c) and uses 1 − t² (fused kernels)."""
-
-    @staticmethod
-    def forward(ctx, a: torch.Tensor, c: float) -> torch.Tensor:
-        ctx.save_for_backward(a)
-        ctx.c = c
-        return c * torch.tanh(a / c)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (a,) = ctx.saved_tensors
-        t = torch.tanh(a / ctx.c)
-        return grad * (1 - t * t), None
-
-
 def capped(recipe: Recipe, x: torch.Tensor, c: float, sigmoid: Sigmoid) -> torch.Tensor:
     """The recipe's forward from scores ``x``; autograd of it is the recipe's backward."""
     if recipe.name == "remedy":
@@ -83,7 +68,7 @@ def capped(recipe: Recipe, x: torch.Tensor, c: float, sigmoid: Sigmoid) -> torch
         m, s, b = sigmoid.resolved(c)
         return m * torch.sigmoid((xc + b) / s)
     if recipe.backward_reads == "input":
-        return _RecomputedTanh.apply(xc, c)
+        return cap_from_input(xc, c, "one_minus_tanh2")
     return c * torch.tanh(xc / c)
 
 

@@ -23,24 +23,37 @@ def sech2_fp32(x: torch.Tensor, cap: float) -> torch.Tensor:
     return u.cosh_().reciprocal_().square_()
 
 
-class _SoftCap(torch.autograd.Function):
+class _CapFromInput(torch.autograd.Function):
+    """cap·tanh(x/cap) saving only x; the backward recomputes the derivative from x.
+
+    derivative "sech2": sech²(x/cap) in fp32 (the remedy). "one_minus_tanh2": 1 − t² with
+    t = tanh(x/cap) recomputed in x's format, as fused kernels on fp32 scores do.
+    """
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor, cap: float) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, cap: float, derivative: str) -> torch.Tensor:
         ctx.save_for_backward(x)
-        ctx.cap = cap
+        ctx.cap, ctx.derivative = cap, derivative
         return cap * torch.tanh(x / cap)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (x,) = ctx.saved_tensors
-        return sech2_fp32(x, ctx.cap).mul_(grad).to(x.dtype), None
+        if ctx.derivative == "sech2":
+            return sech2_fp32(x, ctx.cap).mul_(grad).to(x.dtype), None, None
+        t = torch.tanh(x / ctx.cap)
+        return grad * (1 - t * t), None, None
+
+
+def cap_from_input(x: torch.Tensor, cap: float, derivative: str = "sech2") -> torch.Tensor:
+    return _CapFromInput.apply(x, float(cap), derivative)
 
 
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
     """cap·tanh(x/cap) with a gradient recomputed in fp32 from the input."""
     if not cap > 0:
         raise ValueError(f"cap must be > 0, got {cap!r}")
-    return _SoftCap.apply(x, float(cap))
+    return cap_from_input(x, cap, "sech2")
 
 
 class SoftCap(nn.Module):
