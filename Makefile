@@ -11,7 +11,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot]'
 	touch $(STAMP)
 
 reproduce: $(STAMP)

@@ -11,7 +11,7 @@ reach a = c·atanh(f), where the gradient is 1 − f².
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -105,7 +105,21 @@ def ratchet(c: float, levels: list[float]) -> list[RatchetLevel]:
 # --- reports ---------------------------------------------------------------------------------
 
 
-def identity_report(c: float, points: int, lo: float, hi: float, multiples: list[float]) -> Report:
+def attenuation_curve(stop: float = 10.0, n: int = 401) -> list[dict]:
+    x = np.linspace(0.0, stop, n)
+    return [{"a_over_c": float(xi), "attenuation": float(si), "asymptote": float(ai)}
+            for xi, si, ai in zip(x, sech2(x), attenuation_asymptote(x))]
+
+
+def format_horizons(names: tuple[str, ...] = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")) -> list[dict]:
+    """Where each format's tanh saturates, a/c = atanh(1 − ε₋/2), for marking on the attenuation curve."""
+    from softcapgrad import formats
+    from softcapgrad.deadzone import knee_exact
+
+    return [{"dtype": n, "a_over_c": knee_exact(formats.facts(formats.resolve(n)).spacing_below_one)} for n in names]
+
+
+def identity_report(c: float, points: int, lo: float, hi: float, multiples: list[float], curve: bool = False) -> Report:
     check = check_identity(c, points, lo, hi)
     rows = [
         {
@@ -128,6 +142,8 @@ def identity_report(c: float, points: int, lo: float, hi: float, multiples: list
         tables=(
             Table("rows", "dz/da = sech²(a/c): attenuation and its asymptote 4·exp(−2a/c)", rows),
             Table("closed_forms", f"closed forms vs torch autograd, float64, {points} points on [{lo:g}c, {hi:g}c]", errors),
+            *([Table("curve", "sech²(a/c) and 4·exp(−2a/c) on a grid", attenuation_curve(), show=False),
+               Table("horizons", "x_knee per format, in units of c", format_horizons(), show=False)] if curve else []),
         ),
         notes=(
             "attenuation is smallest where |a| is largest: the most confident logit learns slowest",
@@ -137,7 +153,7 @@ def identity_report(c: float, points: int, lo: float, hi: float, multiples: list
     )
 
 
-def ratchet_report(caps: list[float], levels: list[float]) -> Report:
+def ratchet_report(caps: list[float], levels: list[float], curve: bool = False) -> Report:
     rows = [
         {"cap": r.cap, "f": r.f, "a": r.a, "a_over_c": r.a_over_c, "gradient": r.gradient, "fall": r.fall}
         for c in caps
@@ -146,6 +162,10 @@ def ratchet_report(caps: list[float], levels: list[float]) -> Report:
     return Report(
         command="ratchet",
         params={"caps": caps, "levels": levels},
-        tables=(Table("rows", "to express z = f·c the input must reach a = c·atanh(f); the gradient there is 1 − f²", rows),),
+        tables=(
+            Table("rows", "to express z = f·c the input must reach a = c·atanh(f); the gradient there is 1 − f²", rows),
+            *([Table("curve", "a and the gradient over f", [asdict(r) for c in caps for r in ratchet(c, list(1.0 - np.logspace(-0.3, -3.5, 400)))],
+                     show=False)] if curve else []),
+        ),
         notes=("fall = gradient at a = 0 divided by gradient at a: how much slower the input grows there",),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -23,12 +24,19 @@ app = typer.Typer(
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 Caps = Annotated[Optional[list[float]], typer.Option("--cap", help="Cap c (repeatable).")]
 Dtypes = Annotated[Optional[list[str]], typer.Option("--dtype", help="Float format (repeatable; 'all').")]
+Plot = Annotated[Optional[Path], typer.Option("--plot", help="Also draw the result as a PNG figure (needs the 'plot' extra).")]
 
 
-def emit(build: Callable[[], Report], json_out: bool) -> None:
+def emit(build: Callable[[], Report], json_out: bool, plot: Path | None = None) -> None:
     """Run a computation; print its report; bad input -> one line on stderr and exit 2."""
     try:
+        if plot is not None:
+            from softcapgrad import figures
+
+            figures._plt()  # a missing extra is reported before any computation
         report = build()
+        if plot is not None:
+            figures.plot(report, plot)
     except InputError as err:
         typer.echo(f"softcapgrad: error: {err}", err=True)
         raise typer.Exit(2) from None
@@ -67,6 +75,7 @@ def identity(
     ] = (-8.0, 8.0),
     at: Annotated[Optional[list[float]], typer.Option("--at", help="Extra a/c multiples for the table.")] = None,
     json_out: Json = False,
+    plot: Plot = None,
 ) -> None:
     """dz/da = 1 − (z/c)² = sech²(a/c) against autograd, and the attenuation table."""
 
@@ -77,9 +86,9 @@ def identity(
         at_least("--points", points, 2)
         lo, hi = increasing_range("--range", *range_)
         multiples = [1.0, 2.0, 4.0] + [float(m) for m in at or [] if m not in (1.0, 2.0, 4.0)]
-        return identity_report(c, points, lo, hi, multiples)
+        return identity_report(c, points, lo, hi, multiples, curve=plot is not None)
 
-    emit(build, json_out)
+    emit(build, json_out, plot)
 
 
 @app.command()
@@ -87,6 +96,7 @@ def ratchet(
     cap: Caps = None,
     level: Annotated[Optional[list[float]], typer.Option("--level", help="Confidence f in [0, 1) (repeatable).")] = None,
     json_out: Json = False,
+    plot: Plot = None,
 ) -> None:
     """The unbounded input behind a bounded output: a = c·atanh(f), gradient 1 − f²."""
 
@@ -95,9 +105,9 @@ def ratchet(
 
         caps = positives("--cap", cap or [30.0])
         levels = [within("--level", f, 0.0, 1.0, closed_lo=True) for f in (level or [0.9, 0.99, 0.999])]
-        return ratchet_report(caps, levels)
+        return ratchet_report(caps, levels, curve=plot is not None)
 
-    emit(build, json_out)
+    emit(build, json_out, plot)
 
 
 @app.command()
@@ -107,6 +117,7 @@ def knee(
     backend: Annotated[str, typer.Option(help="exact | numpy | torch | all (torch is imported only when asked).")] = "exact",
     fn: Annotated[Optional[list[str]], typer.Option("--fn", help="tanh | sigmoid (repeatable; default tanh).")] = None,
     json_out: Json = False,
+    plot: Plot = None,
 ) -> None:
     """Where tanh(x) (or a sigmoid) is stored as exactly 1.0 in each float format."""
 
@@ -120,7 +131,7 @@ def knee(
         fns = [choice("--fn", f, FUNCTIONS) for f in fn or ["tanh"]]
         return knee_report(dtypes, caps, list(BACKENDS) if name == "all" else [name], fns)
 
-    emit(build, json_out)
+    emit(build, json_out, plot)
 
 
 @app.command()
@@ -136,6 +147,7 @@ def horizon(
     sigmoid_scale: Annotated[Optional[float], typer.Option(help="Sigmoid cap s (default c/2).")] = None,
     sigmoid_shift: Annotated[float, typer.Option(help="Sigmoid cap b.")] = 0.0,
     json_out: Json = False,
+    plot: Plot = None,
 ) -> None:
     """The pre-cap horizon c·x_knee and the first input whose autograd gradient is exactly 0."""
 
@@ -147,6 +159,8 @@ def horizon(
         if path:
             from softcapgrad.paths import RECIPES, Sigmoid, paths_report
 
+            if plot is not None:
+                raise InputError("--plot draws the single-format horizon; drop --path")
             names = list(RECIPES) if "all" in path else [choice("--path", p, RECIPES) for p in path]
             sig = Sigmoid(
                 m=None if sigmoid_max is None else positive("--sigmoid-max", sigmoid_max),
@@ -160,9 +174,9 @@ def horizon(
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
         probes = [float(positive("--at", a)) for a in at] if at else None
         at_least("--sweep", sweep, 0)
-        return horizon_report(caps, fmt, probes, sweep)
+        return horizon_report(caps, fmt, probes, sweep, curve=plot is not None)
 
-    emit(build, json_out)
+    emit(build, json_out, plot)
 
 
 @app.command()
@@ -181,6 +195,7 @@ def dynamics(
     ] = None,
     backward: Annotated[str, typer.Option(help="eager | remedy (softcapgrad.softcap; low formats only).")] = "eager",
     json_out: Json = False,
+    plot: Plot = None,
 ) -> None:
     """Steps gradient descent needs to correct a confidently wrong logit, with and without the cap."""
 
@@ -200,14 +215,14 @@ def dynamics(
             max_steps=at_least("--max-steps", max_steps, 1),
         )
         starts = [finite("--sweep-a0", x) for x in sweep_a0] if sweep_a0 else None
-        if sweep and not starts:
+        if (sweep or plot is not None) and not starts:
             starts = [float(x) for x in range(10, 131, 10)]
         mode = choice("--backward", backward, ("eager", "remedy"))
         if mode == "remedy" and fmt.name == "float64":
             raise InputError("--backward remedy needs --dtype bf16, fp16 or fp32 (the float64 run is numpy, without autograd)")
         return dynamics_report(finite("--a0", a0), setting, fmt if fmt.name != "float64" else None, starts, mode)
 
-    emit(build, json_out)
+    emit(build, json_out, plot)
 
 
 @app.command("gate-demo")
@@ -224,6 +239,7 @@ def gate_demo(
     kv_heads: Annotated[int, typer.Option("--kv-heads", help="Key/value heads H_kv.")] = 8,
     head_dim: Annotated[int, typer.Option("--head-dim", help="Channels per head d_h.")] = 128,
     json_out: Json = False,
+    plot: Plot = None,
 ) -> None:
     """Softmax vs softplus, their backward passes, and the Laguna per-head softplus gate."""
 
@@ -231,13 +247,15 @@ def gate_demo(
         from softcapgrad.gates import SECTIONS, Config, Shape, gate_demo_report
 
         sections = [choice("--section", name, SECTIONS) for name in section] if section else list(SECTIONS)
+        if plot is not None and "competition" not in sections:
+            raise InputError("--plot draws the competition section; add --section competition")
         layer_heads = [at_least("--heads", h, 1) for h in heads or [48]]
         lengths = [at_least("--tokens", t, 1) for t in tokens or [1024, 8192, 131072]]
         cfg = Config(D=at_least("--model-dim", model_dim, 1), H_kv=at_least("--kv-heads", kv_heads, 1),
                      d_h=at_least("--head-dim", head_dim, 1))
         return gate_demo_report(sections, seed, Shape(), cfg, layer_heads, lengths)
 
-    emit(build, json_out)
+    emit(build, json_out, plot)
 
 
 @app.command("tether-demo")
@@ -247,6 +265,7 @@ def tether_demo(
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the toy signal.")] = 0,
     json_out: Json = False,
+    plot: Plot = None,
 ) -> None:
     """TetherGate against its document: collapse, choice of wd, clamp, floor, anchors."""
 
@@ -254,9 +273,11 @@ def tether_demo(
         from softcapgrad.tether_demo import SECTIONS, tether_demo_report
 
         sections = [choice("--section", name, SECTIONS) for name in section] if section else list(SECTIONS)
-        return tether_demo_report(sections, seed)
+        if plot is not None and not {"collapse", "wd"} <= set(sections):
+            raise InputError("--plot draws the collapse and wd sections; include both")
+        return tether_demo_report(sections, seed, curve=plot is not None)
 
-    emit(build, json_out)
+    emit(build, json_out, plot)
 
 
 @app.command()
@@ -293,9 +314,10 @@ def scan(
 def reproduce(
     out: Annotated[Path, typer.Option(help="Folder for claims.json and claims.md.")] = Path("results"),
     only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids.")] = None,
+    figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Also write results/figures/ (needs the 'plot' extra).")] = True,
     json_out: Json = False,
 ) -> None:
-    """Recompute every document number; write the ledger; exit 1 if a verdict changed."""
+    """Recompute every document number; write the ledger and figures; exit 1 if a verdict changed."""
 
     def build() -> Report:
         from softcapgrad.claims import evaluate, markdown, reproduce_report
@@ -305,6 +327,11 @@ def reproduce(
         out.mkdir(parents=True, exist_ok=True)
         (out / "claims.json").write_text(as_json(report) + "\n")
         (out / "claims.md").write_text(markdown(outcomes))
+        if figures and not only:
+            from softcapgrad import figures as figs
+
+            written = figs.reproduce_figures(out / "figures")
+            report = replace(report, notes=(*report.notes, f"figures: {', '.join(str(p) for p in written)}"))
         return report
 
     emit(build, json_out)

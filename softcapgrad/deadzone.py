@@ -233,9 +233,12 @@ def horizon(c: float, dtype: np.dtype, probes: list[float]) -> Horizon:
     )
 
 
-def approach(c: float, dtype: np.dtype, first_zero: float, count: int) -> list[dict]:
-    """The last ``count`` representable inputs before ``first_zero``, and the first zero one."""
+def approach(c: float, dtype: np.dtype, first_zero: float, count: int, after: int = 0) -> list[dict]:
+    """The last ``count`` representable inputs before ``first_zero``, the first zero one, and ``after`` more."""
     a = formats.neighbours_below(dtype, first_zero, count)
+    if after:  # extend by bit pattern: positive floats order like their patterns
+        uint = a.view(f"u{dtype.itemsize}")
+        a = np.arange(int(uint[0]), int(uint[-1]) + after + 1, dtype=uint.dtype).view(dtype)
     grads = autograd_gradient(a, c, dtype)
     exact = exact_gradient(a.astype(np.float64), c)
     rows = []
@@ -293,13 +296,15 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
     )
 
 
-def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | None, sweep: int) -> Report:
-    rows, approach_rows = [], []
+def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | None, sweep: int, curve: bool = False) -> Report:
+    rows, approach_rows, curve_rows = [], [], []
     for c in caps:
         h = horizon(c, dtype, probes if probes else [4.0 * c])
         rows.append(asdict(h))
         if h.first_zero_grad_input is not None and sweep > 0:
             approach_rows.extend(approach(c, dtype, h.first_zero_grad_input, sweep))
+        if h.first_zero_grad_input is not None and curve:
+            curve_rows.extend(approach(c, dtype, h.first_zero_grad_input, 160, after=24))
     return Report(
         command="horizon",
         params={"caps": caps, "dtype": dtype.name, "probes": probes, "sweep": sweep},
@@ -311,6 +316,7 @@ def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | Non
                 ("cap", "dtype", "horizon", "first_zero_grad_input", "probes", "fp32_horizon", "fp32_first_zero_grad_input"),
             ),
             Table("approach", "the last representable inputs before the horizon: format gradient vs exact sech²(a/c)", approach_rows),
+            *([Table("curve", "gradient across the horizon", curve_rows, show=False)] if curve else []),
         ),
         notes=(
             "horizon = c·atanh(1 − ε₋/2), a real number; first_zero_grad_input is found by running autograd over the format's own inputs",

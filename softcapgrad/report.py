@@ -21,6 +21,7 @@ class Table:
     title: str
     rows: list[dict[str, Any]]
     columns: tuple[str, ...] = ()  # which keys the rich table shows (default: all of row 0)
+    show: bool = True  # False: data for --json and figures only (dense curves), not printed
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def render_table(report: Report, console) -> None:
     from rich.table import Table as RichTable
 
     for table in report.tables:
-        if not table.rows:
+        if not table.rows or not table.show:
             continue
         columns = table.columns or tuple(table.rows[0])
         rich_table = RichTable(title=table.title, title_justify="left", header_style="bold")

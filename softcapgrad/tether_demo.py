@@ -160,12 +160,16 @@ def anchors(means: list[float], steps: int, lr: float, wd: float, g_target: floa
     return rows
 
 
-def tether_demo_report(sections: list[str], seed: int) -> Report:
+def tether_demo_report(sections: list[str], seed: int, curve: bool = False) -> Report:
     tables: list[Table] = []
     figures: dict = {}
     if "collapse" in sections:
+        shown = [0, 100, 250, 500, 1000, 1500, 2000]
+        rows = collapse(2000, 1e-2, 20.0, 0.5, seed, sorted(set(shown) | set(range(0, 2001, 20))) if curve else shown)
         tables.append(Table("collapse", "a branch the loss never pays for: mean gate opening (plain learned gate vs TetherGate, wd = 20, g_target = 0.5)",
-                            collapse(2000, 1e-2, 20.0, 0.5, seed, [0, 100, 250, 500, 1000, 1500, 2000])))
+                            [r for r in rows if r["step"] in shown]))
+        if curve:
+            tables.append(Table("collapse_curve", "mean gate opening every 20 steps", rows, show=False))
     if "wd" in sections:
         tables.append(Table("wd", "steady closing push with Adam: θ − θ* vs 1/wd, gate shift vs β/wd (β = 6)",
                             steady_push(PUSH_LRS, PUSH_WDS)))

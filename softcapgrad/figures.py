@@ -1,0 +1,238 @@
+"""Figures drawn from the same Report objects the tables print: no second computation.
+
+matplotlib is an optional extra (``pip install 'softcapgrad[plot]'``), imported only here, with
+the non-interactive Agg backend. Every figure is 8 × 4.5 inches at 100 dpi (800 × 450 px), and is
+saved without a timestamp or software tag, so regenerating it leaves the bytes unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from softcapgrad.checks import InputError
+from softcapgrad.report import Report
+
+SIZE = (8.0, 4.5)
+DPI = 100
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("--plot needs matplotlib: pip install 'softcapgrad[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "figure.titlesize": 10})
+    return plt
+
+
+def _table(report: Report, key: str) -> list[dict]:
+    for t in report.tables:
+        if t.key == key:
+            return t.rows
+    raise InputError(f"{report.command}: the figure needs the '{key}' data, which this run did not produce")
+
+
+def attenuation_figure(identity: Report):
+    plt = _plt()
+    rows = _table(identity, "curve")
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    x = [r["a_over_c"] for r in rows]
+    ax.semilogy(x, [r["attenuation"] for r in rows], label="sech²(a/c), exact")
+    ax.semilogy(x, [r["asymptote"] for r in rows], "--", label="asymptote 4·exp(−2a/c)")
+    for r in _table(identity, "horizons"):
+        ax.axvline(r["a_over_c"], color="grey", lw=0.8, ls=":")
+        ax.annotate(f"{r['dtype']} horizon", (r["a_over_c"], 2.0), rotation=90, fontsize=7, ha="right", va="top")
+    ax.set_xlabel("pre-cap input a / cap c (dimensionless)")
+    ax.set_ylabel("dz/da (dimensionless, log scale)")
+    ax.set_title("Attenuation falls exponentially with confidence; past each format's horizon it is exactly 0")
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 0.12))
+    return fig
+
+
+def knee_figure(knee: Report):
+    plt = _plt()
+    rows = [r for r in knee.tables[0].rows if r["fn"] == "tanh"]
+    backends = [b for b in _table(knee, "backends") if b["fn"] == "tanh" and b["supported"] and b["backend"] != "exact"]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    names = [r["dtype"] for r in rows]
+    pos = {n: i for i, n in enumerate(names)}
+    ax.scatter([pos[n] for n in names], [r["knee_doc_formula"] for r in rows], marker="v", label="document formula (ln2/2)(p+2)")
+    ax.scatter([pos[n] for n in names], [r["knee_spacing"] for r in rows], marker="^", label="spacing below 1.0: ½ln(4/ε₋)")
+    ax.scatter([pos[n] for n in names], [r["knee_exact"] for r in rows], marker="o", facecolors="none", edgecolors="k", s=60,
+               label="exact atanh(1 − ε₋/2)")
+    for backend, marker in (("numpy", "x"), ("torch", "+")):
+        pts = [b for b in backends if b["backend"] == backend and b["dtype"] in pos]
+        ax.scatter([pos[b["dtype"]] for b in pts], [b["first_saturating_input"] for b in pts], marker=marker, s=60,
+                   label=f"{backend}: first input stored as 1.0")
+    ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=7)
+    ax.set_ylabel("x where tanh(x) is stored as 1.0 (dimensionless)")
+    ax.set_title("The document's knee formula sits below every real knee; fp32 backends differ")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def horizon_figure(horizon: Report):
+    plt = _plt()
+    rows = _table(horizon, "curve")
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    for cap in sorted({r["cap"] for r in rows}):
+        pts = [r for r in rows if r["cap"] == cap]
+        a = [r["a"] for r in pts]
+        line, = ax.semilogy(a, [r["grad_exact"] for r in pts], label=f"exact sech²(a/c), c = {cap:g}")
+        live = [r for r in pts if r["grad_autograd"] > 0]
+        dead = [r for r in pts if r["grad_autograd"] == 0]
+        ax.step([r["a"] for r in live], [r["grad_autograd"] for r in live], where="mid", color=line.get_color(), alpha=0.6,
+                label=f"{horizon.params['dtype']} autograd, c = {cap:g}")
+        if dead:
+            floor = min(r["grad_exact"] for r in pts) / 4
+            ax.plot([r["a"] for r in dead], [floor] * len(dead), "x", color=line.get_color(),
+                    label=f"autograd exactly 0.0 (drawn at {floor:.1e}), c = {cap:g}")
+    ax.set_xlabel("pre-cap input a (logit units)")
+    ax.set_ylabel("dz/da through the cap (log scale)")
+    ax.set_title(f"In {horizon.params['dtype']} the gradient is a coarse staircase, then exactly zero past the horizon")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def ratchet_figure(ratchet: Report):
+    plt = _plt()
+    rows = _table(ratchet, "curve")
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    ax2 = ax.twinx()
+    for cap in sorted({r["cap"] for r in rows}):
+        pts = [r for r in rows if r["cap"] == cap]
+        ax.semilogx([1 - r["f"] for r in pts], [r["a"] for r in pts], label=f"a = c·atanh(f), c = {cap:g}")
+    first = [r for r in rows if r["cap"] == rows[0]["cap"]]
+    ax2.loglog([1 - r["f"] for r in first], [r["gradient"] for r in first], "k--", label="gradient 1 − f² (any c)")
+    shown = ratchet.tables[0].rows
+    ax.plot([1 - r["f"] for r in shown], [r["a"] for r in shown], "ko", ms=3, label="table rows")
+    ax.invert_xaxis()
+    ax.set_xlabel("1 − f, distance of the confidence f = z/c from 1 (log scale, reversed)")
+    ax.set_ylabel("pre-activation a needed (logit units)")
+    ax2.set_ylabel("gradient at that a (log scale)")
+    ax.set_title("Confidence needs an unbounded input while the gradient that grows it vanishes")
+    lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="center left", fontsize=7)
+    return fig
+
+
+def dynamics_figure(reports: list[Report]):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    for report in reports:
+        rows = _table(report, "sweep")
+        label = report.params["dtype"]
+        ok = [r for r in rows if r["status"] == "converged"]
+        line, = ax.semilogy([r["a0"] for r in ok], [r["ratio"] for r in ok], "o-", ms=3, label=f"{label}: capped/uncapped steps")
+        stalled = [r["a0"] for r in rows if r["status"] == "stalled"]
+        if stalled:
+            ax.axvspan(min(stalled), max(stalled), color=line.get_color(), alpha=0.15, label=f"{label}: stalled (gradient exactly 0)")
+    first = _table(reports[0], "sweep")
+    ax.semilogy([r["a0"] for r in first], [r["pointwise_factor"] for r in first], "k:", label="pointwise factor 1/sech²(a0/c)")
+    ax.set_xlabel("starting pre-cap logit a0 of the wrong class (logit units)")
+    ax.set_ylabel("slowdown (ratio, log scale)")
+    ax.set_title("End-to-end slowdown: mild at moderate a0, steep for deep starts; bf16 stalls past its horizon")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def gates_figure(gates: Report):
+    plt = _plt()
+    rows = gates.tables[0].rows if gates.tables[0].rows and "softmax" in gates.tables[0].rows[0] else _table(gates, "competition")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=SIZE, dpi=DPI)
+    idx = [r["i"] + 1 for r in rows]
+    w = 0.38
+    for ax, key, title in ((ax1, "softmax", "softmax: shares compete"), (ax2, "softplus", "softplus: strengths independent")):
+        ax.bar([i - w / 2 for i in idx], [r[key] for r in rows], w, label="logits [1, 2, 3]")
+        ax.bar([i + w / 2 for i in idx], [r[f"{key}_after"] for r in rows], w, label="z₃ raised by 1")
+        ax.set_xticks(idx, [f"z{i}" for i in idx])
+        ax.set_xlabel("output index")
+        ax.set_ylabel(f"{key} output (dimensionless)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.suptitle("Raising z₃ takes share from every other softmax output; the other softplus outputs do not move")
+    fig.tight_layout()
+    return fig
+
+
+def tether_figure(tether: Report):
+    plt = _plt()
+    rows = _table(tether, "collapse_curve")
+    push = _table(tether, "wd")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=SIZE, dpi=DPI)
+    steps = [r["step"] for r in rows]
+    ax1.plot(steps, [r["plain_mean_gate"] for r in rows], label="plain learned gate")
+    ax1.plot(steps, [r["tether_mean_gate"] for r in rows], label="TetherGate (wd = 20)")
+    ax1.plot(steps, [r["tether_floor"] for r in rows], ":", label="TetherGate floor F")
+    ax1.set_xlabel("training step")
+    ax1.set_ylabel("mean gate opening (0–1)")
+    ax1.set_title("collapse vs tether")
+    ax1.legend(fontsize=7)
+    for wd in sorted({r["wd"] for r in push}, reverse=True):
+        pts = [r for r in push if r["wd"] == wd and r["regime"] in ("ok", "lr·wd not ≪ 1")]
+        ax2.loglog([r["lr"] for r in pts], [r["offset"] for r in pts], "o-", label=f"measured, wd = {wd:g}")
+        ax2.axhline(1 / wd, ls=":", color=ax2.lines[-1].get_color(), lw=0.8)
+    ax2.set_xlabel("learning rate (log scale)")
+    ax2.set_ylabel("θ − θ* at equilibrium (dotted: 1/wd)")
+    ax2.set_title("equilibrium offset vs lr")
+    ax2.legend(fontsize=7)
+    fig.suptitle("A plain gate collapses; the tether holds it near g_target, θ settling ≈ 1/wd off for lr·wd ≪ 1")
+    fig.tight_layout()
+    return fig
+
+
+BUILDERS = {
+    "identity": attenuation_figure,
+    "knee": knee_figure,
+    "horizon": horizon_figure,
+    "ratchet": ratchet_figure,
+    "dynamics": lambda r: dynamics_figure([r]),
+    "gate-demo": gates_figure,
+    "tether-demo": tether_figure,
+}
+
+
+def save(fig, path: Path) -> Path:
+    """Write a PNG with fixed metadata (no software tag, no time), then close the figure."""
+    plt = _plt()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def plot(report: Report, path: Path) -> Path:
+    if path.suffix.lower() != ".png":
+        raise InputError(f"--plot {path}: figures are written as .png")
+    return save(BUILDERS[report.command](report), path)
+
+
+def reproduce_figures(out: Path) -> list[Path]:
+    """Every figure `make reproduce` regenerates, each from the report its table would print."""
+    import numpy as np
+
+    from softcapgrad import formats
+    from softcapgrad.attenuation import identity_report, ratchet_report
+    from softcapgrad.deadzone import BACKENDS, horizon_report, knee_report
+    from softcapgrad.dynamics import Setting, dynamics_report
+    from softcapgrad.gates import Config, Shape, gate_demo_report
+    from softcapgrad.tether_demo import tether_demo_report
+
+    starts = [float(x) for x in range(10, 131, 10)]
+    setting = Setting(cap=30.0)
+    dynamics = [dynamics_report(40.0, setting, None if name == "fp64" else formats.resolve(name), starts)
+                for name in ("fp64", "fp16", "bf16")]
+    figs = {
+        "attenuation.png": attenuation_figure(identity_report(30.0, 2001, -8.0, 8.0, [1.0, 2.0, 4.0], curve=True)),
+        "knee.png": knee_figure(knee_report(formats.resolve_many(["all"]), [], list(BACKENDS), ["tanh"])),
+        "horizon.png": horizon_figure(horizon_report([30.0, 50.0], np.dtype(formats.resolve("bf16")), None, 6, curve=True)),
+        "ratchet.png": ratchet_figure(ratchet_report([30.0, 50.0], [0.9, 0.99, 0.999], curve=True)),
+        "dynamics.png": dynamics_figure(dynamics),
+        "gates.png": gates_figure(gate_demo_report(["competition"], 0, Shape(), Config(), [48], [1024])),
+        "tether.png": tether_figure(tether_demo_report(["collapse", "wd"], 0, curve=True)),
+    }
+    return [save(fig, out / name) for name, fig in figs.items()]
