@@ -24,7 +24,22 @@ app = typer.Typer(
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 Caps = Annotated[Optional[list[float]], typer.Option("--cap", help="Cap c (repeatable).")]
 Dtypes = Annotated[Optional[list[str]], typer.Option("--dtype", help="Float format (repeatable; 'all').")]
+
+
+def sections_option(names: str):
+    return Annotated[Optional[list[str]], typer.Option("--section", help=f"{names} (repeatable; default all).")]
+
+
 Plot = Annotated[Optional[Path], typer.Option("--plot", help="Also draw the result as a PNG figure (needs the 'plot' extra).")]
+
+
+def pick(option: str, given: list[str] | None, allowed, default: list[str] | None = None) -> list[str]:
+    """Repeatable choices: each checked against ``allowed``; 'all' means all of them; none given means ``default``."""
+    if not given:
+        return list(allowed) if default is None else default
+    if "all" in given:
+        return list(allowed)
+    return [choice(option, value, allowed) for value in given]
 
 
 def emit(build: Callable[[], Report], json_out: bool, plot: Path | None = None) -> None:
@@ -128,7 +143,7 @@ def knee(
         dtypes = formats.resolve_many(dtype or ["bf16"])
         caps = positives("--cap", cap or [])
         name = choice("--backend", backend, (*BACKENDS, "all"))
-        fns = [choice("--fn", f, FUNCTIONS) for f in fn or ["tanh"]]
+        fns = pick("--fn", fn, FUNCTIONS, ["tanh"])
         return knee_report(dtypes, caps, list(BACKENDS) if name == "all" else [name], fns)
 
     emit(build, json_out, plot)
@@ -161,7 +176,7 @@ def horizon(
 
             if plot is not None:
                 raise InputError("--plot draws the single-format horizon; drop --path")
-            names = list(RECIPES) if "all" in path else [choice("--path", p, RECIPES) for p in path]
+            names = pick("--path", path, RECIPES)
             sig = Sigmoid(
                 m=None if sigmoid_max is None else positive("--sigmoid-max", sigmoid_max),
                 s=None if sigmoid_scale is None else positive("--sigmoid-scale", sigmoid_scale),
@@ -227,9 +242,7 @@ def dynamics(
 
 @app.command("gate-demo")
 def gate_demo(
-    section: Annotated[
-        Optional[list[str]], typer.Option("--section", help="competition | backward | laguna | cost | stability (repeatable; default all).")
-    ] = None,
+    section: sections_option("competition | backward | laguna | cost | stability") = None,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
     tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="Prefill lengths T for the cost table (repeatable).")] = None,
     heads: Annotated[
@@ -246,7 +259,7 @@ def gate_demo(
     def build() -> Report:
         from softcapgrad.gates import SECTIONS, Config, Shape, gate_demo_report
 
-        sections = [choice("--section", name, SECTIONS) for name in section] if section else list(SECTIONS)
+        sections = pick("--section", section, SECTIONS)
         if plot is not None and "competition" not in sections:
             raise InputError("--plot draws the competition section; add --section competition")
         layer_heads = [at_least("--heads", h, 1) for h in heads or [48]]
@@ -260,9 +273,7 @@ def gate_demo(
 
 @app.command("tether-demo")
 def tether_demo(
-    section: Annotated[
-        Optional[list[str]], typer.Option("--section", help="collapse | wd | clamp | floor | anchors (repeatable; default all).")
-    ] = None,
+    section: sections_option("collapse | wd | clamp | floor | anchors") = None,
     seed: Annotated[int, typer.Option(help="Seed of the toy signal.")] = 0,
     json_out: Json = False,
     plot: Plot = None,
@@ -272,7 +283,7 @@ def tether_demo(
     def build() -> Report:
         from softcapgrad.tether_demo import SECTIONS, tether_demo_report
 
-        sections = [choice("--section", name, SECTIONS) for name in section] if section else list(SECTIONS)
+        sections = pick("--section", section, SECTIONS)
         if plot is not None and not {"collapse", "wd"} <= set(sections):
             raise InputError("--plot draws the collapse and wd sections; include both")
         return tether_demo_report(sections, seed, curve=plot is not None)
@@ -298,7 +309,7 @@ def scan(
 
         c = positive("--cap", cap)
         if path:
-            names = list(RECIPES) if "all" in path else [choice("--path", p, RECIPES) for p in path]
+            names = pick("--path", path, RECIPES)
         else:
             fmt = formats.resolve(dtype).name
             eager = {"bfloat16": "eager-bf16", "float16": "eager-fp16"}.get(fmt)

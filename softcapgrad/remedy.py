@@ -3,7 +3,7 @@
 Forward: exactly the eager formula ``cap·tanh(x/cap)`` in the input's format. Backward: from the
 saved *input*, ``sech²(x/cap)`` in fp32, times the upstream gradient in fp32, rounded once to the
 input's format. Eager autograd instead forms ``1 − y²`` from the rounded output y, which is exactly 0
-once y rounds to 1.0 (past cap·x_knee, 3.47·cap in bf16); here the gradient is zero only where the
+once y rounds to 1.0 (past cap·x_knee of the format); here the gradient is zero only where the
 fp32 sech² or its rounding to the format underflows.
 
 Contract: any shape and float dtype; one saved tensor (the input); works under ``torch.compile``;
