@@ -43,8 +43,8 @@ def cold_starts() -> list[tuple[str, float, str]]:
 
 
 def reproduce() -> list[tuple[str, float, str]]:
-    t = wall([PY, "-m", "softcapgrad", "reproduce", "--out", "/tmp/softcapgrad-bench"], repeat=1)
-    return [("softcapgrad reproduce (whole ledger)", t, "target < 15 s")]
+    t = wall(["make", "--no-print-directory", "-s", "reproduce"], repeat=1)
+    return [("make reproduce (ledger and figures, installed already)", t, "target < 15 s")]
 
 
 def dynamics() -> list[tuple[str, float, str]]:
