@@ -235,10 +235,7 @@ def horizon(c: float, dtype: np.dtype, probes: list[float]) -> Horizon:
 
 def approach(c: float, dtype: np.dtype, first_zero: float, count: int, after: int = 0) -> list[dict]:
     """The last ``count`` representable inputs before ``first_zero``, the first zero one, and ``after`` more."""
-    a = formats.neighbours_below(dtype, first_zero, count)
-    if after:  # extend by bit pattern: positive floats order like their patterns
-        uint = a.view(f"u{dtype.itemsize}")
-        a = np.arange(int(uint[0]), int(uint[-1]) + after + 1, dtype=uint.dtype).view(dtype)
+    a = formats.neighbours_below(dtype, first_zero, count, after)
     grads = autograd_gradient(a, c, dtype)
     exact = exact_gradient(a.astype(np.float64), c)
     rows = []

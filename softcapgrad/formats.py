@@ -223,9 +223,9 @@ def to_torch(values: np.ndarray, dtype: np.dtype):
     return torch.from_numpy(values.astype(np.float64)).to(torch_dtype(dtype))
 
 
-def neighbours_below(dtype: np.dtype, value: float, count: int) -> np.ndarray:
-    """The ``count`` positive values of ``dtype`` just below ``value`` and ``value`` itself."""
+def neighbours_below(dtype: np.dtype, value: float, count: int, after: int = 0) -> np.ndarray:
+    """The ``count`` positive values of ``dtype`` just below ``value``, ``value`` itself, and ``after`` above it."""
     uint = _UINT[dtype.itemsize]
     top = int(np.array([value], dtype=np.float64).astype(dtype).view(uint)[0])
-    patterns = np.arange(max(1, top - count), top + 1, dtype=uint)
+    patterns = np.arange(max(1, top - count), top + after + 1, dtype=uint)
     return patterns.view(dtype)

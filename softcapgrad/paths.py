@@ -92,9 +92,14 @@ def horizon_real(recipe: Recipe, c: float, sigmoid: Sigmoid) -> float | None:
     return c * deadzone.knee_exact(eps, "tanh")
 
 
+def first_zero(recipe: Recipe, c: float, sigmoid: Sigmoid) -> formats.Switch:
+    """The first input of the scores format whose gradient through the recipe is exactly 0."""
+    return formats.find_switch(formats.resolve(recipe.scores), lambda v: gradient(recipe, v, c, sigmoid) == 0.0)
+
+
 def path_row(recipe: Recipe, c: float, probes: list[float], sigmoid: Sigmoid) -> dict:
     dtype = formats.resolve(recipe.scores)
-    switch = formats.find_switch(dtype, lambda v: gradient(recipe, v, c, sigmoid) == 0.0)
+    switch = first_zero(recipe, c, sigmoid)
     stored = np.asarray(probes, dtype=np.float64).astype(dtype)
     grads = gradient(recipe, stored, c, sigmoid)
     exact = deadzone.exact_gradient(stored.astype(np.float64), c)

@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from softcapgrad import formats, paths
+from softcapgrad import paths
 from softcapgrad.attenuation import sech2
 from softcapgrad.checks import InputError
 
@@ -46,12 +46,6 @@ class Source:
 
     def chunks(self) -> Iterator[torch.Tensor]:
         return self.reader()
-
-
-def _check_float(name: str, dtype, path: Path) -> None:
-    ok = dtype.is_floating_point if isinstance(dtype, torch.dtype) else np.issubdtype(dtype, np.floating)
-    if not ok:
-        raise InputError(f"{path}: tensor {name!r} holds {dtype}, not floating-point data")
 
 
 def open_sources(path: Path) -> list[Source]:
@@ -183,9 +177,8 @@ def path_horizons(names: list[str], c: float) -> dict[str, float]:
     """First zero-gradient input of each path at cap c (inf where the path never reaches 0)."""
     out = {}
     for name in names:
-        recipe = paths.RECIPES[name]
-        found = formats.find_switch(formats.resolve(recipe.scores), lambda v: paths.gradient(recipe, v, c) == 0.0)
-        out[name] = found.first_true if found.first_true is not None else float("inf")
+        first = paths.first_zero(paths.RECIPES[name], c, paths.Sigmoid()).first_true
+        out[name] = first if first is not None else float("inf")
     return out
 
 
