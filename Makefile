@@ -11,7 +11,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax]'
 	touch $(STAMP)
 
 reproduce: $(STAMP)
