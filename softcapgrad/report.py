@@ -1,8 +1,11 @@
 """The one shape every investigation returns, and the one renderer for it.
 
-A :class:`Report` holds named tables of plain rows (dicts of numbers, strings, lists) plus
-top-level figures. ``as_json`` gives ``{"command", "params", "rows", <other tables>, "notes",
-<figures>}``; ``render_table`` prints the same rows as rich tables. Scripts read the JSON.
+A :class:`Report` leads with its answer (one to three plain sentences), then holds named tables of
+plain rows (dicts of numbers, strings, lists) and top-level figures. ``as_json`` gives
+``{"command", "params", "answer", "rows", <other tables>, "notes", <figures>}``; ``render_table``
+prints the answer, then the same rows as rich tables: headers in words from one vocabulary
+(:data:`LABELS`), one number format per column, a single-row table as quantity/value pairs, and
+the ``wide`` columns only when asked. Scripts read the JSON, which always has every column.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, is_dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -22,6 +25,7 @@ class Table:
     rows: list[dict[str, Any]]
     columns: tuple[str, ...] = ()  # which keys the rich table shows (default: all of row 0)
     show: bool = True  # False: data for --json and figures only (dense curves), not printed
+    wide: tuple[str, ...] = ()  # secondary columns, printed only with --wide
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,52 @@ class Report:
     notes: tuple[str, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict)
     ok: bool = True  # False makes the command exit 1 (e.g. a claim changed verdict)
+    answer: tuple[str, ...] = ()  # the finding, in one to three plain sentences, printed first
+
+
+# One name per quantity across every command: JSON key -> table header in words.
+LABELS: dict[str, str] = {
+    "dtype": "format",
+    "cap": "cap c",
+    "fn": "function",
+    "a": "input a",
+    "a_over_c": "a / c",
+    "horizon": "horizon c·x_knee",
+    "first_zero_grad_input": "first zero-grad input",
+    "last_nonzero_grad_input": "last non-zero-grad input",
+    "first_saturating_input": "first input stored as 1.0",
+    "last_unsaturated_input": "last input below 1.0",
+    "saturated_run_start": "saturated from",
+    "knee_exact": "exact knee",
+    "knee_spacing": "spacing knee",
+    "knee_doc_formula": "document formula",
+    "mantissa_bits": "mantissa bits p",
+    "below_one": "largest value < 1",
+    "grad_autograd": "autograd gradient",
+    "grad_exact": "exact sech²(a/c)",
+    "rel_error": "relative error",
+    "monotone": "monotone",
+    "backend": "backend",
+    "path": "path",
+    "attenuation": "attenuation",
+    "count": "values",
+    "fraction": "fraction",
+    "max_abs": "largest |a|",
+    "nan_count": "NaN values",
+    "supported": "supported",
+    "reason": "why not",
+    "method": "search",
+    "source": "source",
+    "verdict": "verdict",
+    "expected": "expected",
+    "stated": "document says",
+    "computed": "computed",
+    "id": "claim",
+}
+
+
+def label(key: str) -> str:
+    return LABELS.get(key, key.replace("_", " "))
 
 
 def plain(value: Any) -> Any:
@@ -53,7 +103,7 @@ def plain(value: Any) -> Any:
 
 
 def as_json(report: Report) -> str:
-    out: dict[str, Any] = {"command": report.command, "params": report.params}
+    out: dict[str, Any] = {"command": report.command, "params": report.params, "answer": list(report.answer)}
     for table in report.tables:
         out[table.key] = table.rows
     out.setdefault("rows", [])
@@ -62,18 +112,49 @@ def as_json(report: Report) -> str:
     return json.dumps(plain(out), indent=2)
 
 
-def format_cell(value: Any) -> str:
+# --- numbers as text -------------------------------------------------------------------------
+
+SIGNIFICANT = 7  # digits shown in fixed-point columns; the JSON keeps every digit
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _special(v: float) -> str | None:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    if v == 0.0:
+        return "−0" if math.copysign(1.0, v) < 0 else "0"
+    return None
+
+
+def number_format(values: list[Any]) -> Callable[[float], str]:
+    """One format for a column of numbers: integers, fixed point with one decimal count, or scientific.
+
+    Integers (and integral floats below 2^53) print without decimals; finite magnitudes between
+    1e-4 and 1e9 share the decimals that show the smallest of them to SIGNIFICANT digits (at most
+    12); anything wider prints in scientific notation with five significant digits.
+    """
+    nums = [float(v) for v in values if _is_number(v) and math.isfinite(float(v)) and float(v) != 0.0]
+    if all(float(v).is_integer() and abs(float(v)) < 2.0**53 for v in nums):
+        return lambda v: _special(float(v)) or f"{int(v):,}"
+    lo, hi = min(abs(v) for v in nums), max(abs(v) for v in nums)
+    if 1e-4 <= lo and hi < 1e9:
+        decimals = min(12, max(0, SIGNIFICANT - 1 - math.floor(math.log10(lo))))
+        return lambda v: _special(float(v)) or f"{float(v):,.{decimals}f}"
+    return lambda v: _special(float(v)) or f"{float(v):.4e}"
+
+
+def format_cell(value: Any, number: Callable[[float], str] | None = None) -> str:
     if value is None:
         return "—"
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        if v == 0.0:
-            return "-0.0" if math.copysign(1.0, v) < 0 else "0.0"
-        if v.is_integer() and abs(v) < 1e7:
-            return f"{v:.1f}"
-        return f"{v:.8g}"
+    if _is_number(value):
+        return (number or number_format([value]))(value)
     if isinstance(value, dict):
         return " ".join(f"{k}={format_cell(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
@@ -82,24 +163,45 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
-def render_table(report: Report, console) -> None:
-    """Print a report as rich tables (rich is imported by the caller's console)."""
+# --- rich rendering --------------------------------------------------------------------------
+
+
+def _rich_table(table: Table, wide: bool):
     from rich.table import Table as RichTable
 
+    columns = [c for c in (table.columns or tuple(table.rows[0])) if c not in table.wide]
+    if wide:
+        columns += [c for c in table.wide if c not in columns]
+    formats = {c: number_format([r.get(c) for r in table.rows]) for c in columns}
+    title = table.title
+    if len(table.rows) == 1 and len(columns) > 3:  # one result: quantity / value pairs read better
+        out = RichTable(title=title, title_justify="left", header_style="bold", show_header=False)
+        out.add_column("quantity", overflow="fold")
+        out.add_column("value", justify="right", no_wrap=True)
+        for c in columns:
+            out.add_row(label(c), format_cell(table.rows[0].get(c), formats[c]))
+        return out
+    out = RichTable(title=title, title_justify="left", header_style="bold")
+    for c in columns:
+        cells = [r.get(c) for r in table.rows]
+        numeric = any(_is_number(v) for v in cells) and all(v is None or _is_number(v) for v in cells)
+        out.add_column(label(c), justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")
+    for row in table.rows:
+        out.add_row(*(format_cell(row.get(c), formats[c]) for c in columns))
+    return out
+
+
+def render_table(report: Report, console, wide: bool = False) -> None:
+    """Print a report: its answer, then rich tables (rich is imported by the caller's console)."""
+    for sentence in report.answer:
+        console.print(sentence, highlight=False, markup=False)
+    if report.answer:
+        console.print()
     for table in report.tables:
         if not table.rows or not table.show:
             continue
-        columns = table.columns or tuple(table.rows[0])
-        rich_table = RichTable(title=table.title, title_justify="left", header_style="bold")
-        for name in columns:
-            numeric = isinstance(table.rows[0].get(name), (int, float, np.number)) and not isinstance(
-                table.rows[0].get(name), bool
-            )
-            rich_table.add_column(name, justify="right" if numeric else "left")
-        for row in table.rows:
-            rich_table.add_row(*(format_cell(row.get(name)) for name in columns))
-        console.print(rich_table)
+        console.print(_rich_table(table, wide))
     for key, value in report.figures.items():
-        console.print(f"{key}: {format_cell(plain(value))}", highlight=False)
+        console.print(f"{label(key)}: {format_cell(plain(value))}", highlight=False, markup=False)
     for note in report.notes:
         console.print(f"• {note}", highlight=False, markup=False)
