@@ -49,8 +49,24 @@ def increasing_range(name: str, lo: float, hi: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def suggestion(value: str, allowed: Iterable[str]) -> str:
+    """'; did you mean X?' for the closest accepted value, or nothing when none is close."""
+    import difflib
+
+    key, original = value.strip().lower(), {a.lower(): a for a in allowed}
+    starts = sorted((a for a in original if key and a.startswith(key)), key=len)
+    close = starts[:1] or difflib.get_close_matches(key, list(original), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    original = original[close[0]]
+    return f"; did you mean {original!r}?"
+
+
 def choice(name: str, value: str, allowed: Iterable[str]) -> str:
+    """The accepted value matching ``value`` without regard to case; else one line with the accepted values."""
     allowed = tuple(allowed)
-    if value not in allowed:
-        raise InputError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-    return value
+    folded = {a.lower(): a for a in allowed}
+    key = value.strip().lower()
+    if key not in folded:
+        raise InputError(f"{name} {value!r} is not accepted: use one of {', '.join(allowed)}{suggestion(value, allowed)}")
+    return folded[key]

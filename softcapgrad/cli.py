@@ -1,74 +1,165 @@
-"""The ``softcapgrad`` command line: parse, call one module, render its Report."""
+"""The ``softcapgrad`` command line: parse, call one module, render its Report.
+
+Every error a user can cause ends as one line on stderr and exit code 2: our own checks
+(:class:`~softcapgrad.checks.InputError`) and the parser's (unknown option, a value that is not a
+number, a missing argument) alike. An interrupt prints one line and exits 130; files are only
+ever replaced whole, so an interrupt leaves none half-written.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from softcapgrad import __version__
 from softcapgrad.checks import InputError, at_least, choice, finite, increasing_range, positive, positives, within
+from softcapgrad.formats import FORMAT_NAMES
+from softcapgrad.names import DYNAMICS_BACKWARDS, GATE_SECTIONS, KNEE_FUNCTIONS, TETHER_SECTIONS
 from softcapgrad.report import Report, as_json, render_table
 
+PROG = "softcapgrad"
+
+
+class _OneLineErrors(TyperGroup):
+    """Runs the app non-standalone and turns the parser's framed errors into one line on stderr."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as err:
+            click.echo(err.ctx.get_help())
+            code = 0
+        except click.ClickException as err:
+            where = f"{err.ctx.command_path}: " if getattr(err, "ctx", None) is not None else ""
+            message = " ".join(err.format_message().split())
+            click.echo(f"{PROG}: error: {where}{message}", err=True)
+            code = err.exit_code
+        except click.exceptions.Abort:
+            click.echo(f"{PROG}: interrupted", err=True)
+            code = 130
+        if standalone_mode:
+            sys.exit(code or 0)
+        return code
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Numerical investigations of tanh soft-capping, softplus gates and anchored residual gates.",
 )
 
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-Caps = Annotated[Optional[list[float]], typer.Option("--cap", help="Cap c (repeatable).")]
-Dtypes = Annotated[Optional[list[str]], typer.Option("--dtype", help="Float format (repeatable; 'all').")]
+
+def one_of(values) -> str:
+    return ", ".join(values)
 
 
-def sections_option(names: str):
-    return Annotated[Optional[list[str]], typer.Option("--section", help=f"{names} (repeatable; default all).")]
-
-
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (every column) instead of tables.")]
+Wide = Annotated[bool, typer.Option("--wide", help="Also print the secondary columns.")]
+Caps = Annotated[Optional[list[float]], typer.Option("--cap", help="Cap c > 0 (repeatable).")]
+Dtypes = Annotated[
+    Optional[list[str]],
+    typer.Option("--dtype", help=f"Float format (repeatable, case-insensitive): {one_of(FORMAT_NAMES)}, or all; "
+                                 "short forms such as bf16, fp16, e4m3fn are accepted."),
+]
 Plot = Annotated[Optional[Path], typer.Option("--plot", help="Also draw the result as a PNG figure (needs the 'plot' extra).")]
 
 
+def sections_option(names: tuple[str, ...]):
+    return Annotated[Optional[list[str]], typer.Option("--section", help=f"{one_of(names)}, or all (repeatable; default all).")]
+
+
 def pick(option: str, given: list[str] | None, allowed, default: list[str] | None = None) -> list[str]:
-    """Repeatable choices: each checked against ``allowed``; 'all' means all of them; none given means ``default``."""
+    """Repeatable choices, case-insensitive: 'all' means all of them; none given means ``default``; duplicates drop."""
     if not given:
         return list(allowed) if default is None else default
-    if "all" in given:
+    if any(g.strip().lower() == "all" for g in given):
         return list(allowed)
-    return [choice(option, value, allowed) for value in given]
+    return list(dict.fromkeys(choice(option, value, allowed) for value in given))
 
 
-def emit(build: Callable[[], Report], json_out: bool, plot: Path | None = None) -> None:
-    """Run a computation; print its report; bad input -> one line on stderr and exit 2."""
+# --- running a computation -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _progress_on_stderr(show: bool, what: str) -> Iterator[None]:
+    """A transient spinner (and the modules' progress bars) on stderr, for a terminal only."""
+    if not show:
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from softcapgrad import progress
+
+    bars = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+    @contextlib.contextmanager
+    def reporter(description: str, total: float | None):
+        task = bars.add_task(description, total=total)
+        try:
+            yield lambda n=1.0: bars.advance(task, n)
+        finally:
+            bars.remove_task(task)
+
+    with bars, progress.reporting(reporter):
+        bars.add_task(what, total=None)
+        yield
+
+
+def _console():
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 100) or 100)
+    return Console(width=width, highlight=False)
+
+
+def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: Path | None = None,
+         command: str = "") -> None:
+    """Run a computation; print its report; bad input -> one line on stderr and exit 2.
+
+    ``--plot`` is checked (extra installed, path writable) before the computation, so a bad
+    path never costs the result.
+    """
     try:
         if plot is not None:
             from softcapgrad import figures
+            from softcapgrad.files import writable_target
 
-            figures._plt()  # a missing extra is reported before any computation
-        report = build()
-        if plot is not None:
-            figures.plot(report, plot)
+            figures.check_plot_path(plot)
+            writable_target(plot, "--plot")
+        with _progress_on_stderr(sys.stderr.isatty() and not json_out, f"{PROG} {command}".strip()):
+            report = build()
+            if plot is not None:
+                figures.plot(report, plot)
     except InputError as err:
-        typer.echo(f"softcapgrad: error: {err}", err=True)
+        typer.echo(f"{PROG}: error: {err}", err=True)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo(f"{PROG}: interrupted; no file was written or changed", err=True)
+        raise typer.Exit(130) from None
     if json_out:
         typer.echo(as_json(report))
     else:
-        from rich.console import Console
-
-        console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 160)))
-        render_table(report, console)
+        render_table(report, _console(), wide=wide)
     if not report.ok:
         raise typer.Exit(1)
 
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"softcapgrad {__version__}")
+        typer.echo(f"{PROG} {__version__}")
         raise typer.Exit()
 
 
@@ -81,29 +172,40 @@ def _main(
     pass
 
 
+# --- commands --------------------------------------------------------------------------------
+
+MAX_POINTS = 50_000_000  # the autograd check holds about 10 float64 arrays of this length: 4 GB
+
+
 @app.command()
 def identity(
-    cap: Annotated[float, typer.Option(help="Cap c.")] = 30.0,
-    points: Annotated[int, typer.Option(help="Grid points for the autograd check.")] = 2_000_000,
+    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
+    points: Annotated[int, typer.Option(help=f"Grid points for the autograd check (2 to {MAX_POINTS:,}).")] = 2_000_000,
     range_: Annotated[
         tuple[float, float], typer.Option("--range", help="Range of a for the autograd check, in units of c.")
     ] = (-8.0, 8.0),
     at: Annotated[Optional[list[float]], typer.Option("--at", help="Extra a/c multiples for the table.")] = None,
     json_out: Json = False,
+    wide: Wide = False,
     plot: Plot = None,
 ) -> None:
-    """dz/da = 1 − (z/c)² = sech²(a/c) against autograd, and the attenuation table."""
+    """Is dz/da = 1 − (z/c)² = sech²(a/c) exact against autograd; how strong is the attenuation at a = c, 2c, 4c."""
 
     def build() -> Report:
-        from softcapgrad.attenuation import identity_report
+        from softcapgrad.attenuation import MAX_A_OVER_C, identity_report
 
         c = positive("--cap", cap)
         at_least("--points", points, 2)
+        if points > MAX_POINTS:
+            raise InputError(f"--points {points}: at most {MAX_POINTS:,} (memory grows with the grid)")
         lo, hi = increasing_range("--range", *range_)
-        multiples = [1.0, 2.0, 4.0] + [float(m) for m in at or [] if m not in (1.0, 2.0, 4.0)]
+        if not (math.isfinite(lo * c) and math.isfinite(hi * c)):
+            raise InputError(f"--range {lo:g} {hi:g}: times the cap {c:g} it overflows float64")
+        extra = [within("--at", m, -MAX_A_OVER_C, MAX_A_OVER_C, closed_lo=True) for m in at or []]
+        multiples = list(dict.fromkeys([1.0, 2.0, 4.0] + extra))
         return identity_report(c, points, lo, hi, multiples, curve=plot is not None)
 
-    emit(build, json_out, plot)
+    emit(build, json_out, wide, plot, "identity")
 
 
 @app.command()
@@ -111,9 +213,10 @@ def ratchet(
     cap: Caps = None,
     level: Annotated[Optional[list[float]], typer.Option("--level", help="Confidence f in [0, 1) (repeatable).")] = None,
     json_out: Json = False,
+    wide: Wide = False,
     plot: Plot = None,
 ) -> None:
-    """The unbounded input behind a bounded output: a = c·atanh(f), gradient 1 − f²."""
+    """How large must a be to express z = f·c, and how small is the gradient there."""
 
     def build() -> Report:
         from softcapgrad.attenuation import ratchet_report
@@ -122,39 +225,46 @@ def ratchet(
         levels = [within("--level", f, 0.0, 1.0, closed_lo=True) for f in (level or [0.9, 0.99, 0.999])]
         return ratchet_report(caps, levels, curve=plot is not None)
 
-    emit(build, json_out, plot)
+    emit(build, json_out, wide, plot, "ratchet")
+
+
+KNEE_BACKENDS = ("exact", "numpy", "torch")
 
 
 @app.command()
 def knee(
     dtype: Dtypes = None,
     cap: Caps = None,
-    backend: Annotated[str, typer.Option(help="exact | numpy | torch | all (torch is imported only when asked).")] = "exact",
-    fn: Annotated[Optional[list[str]], typer.Option("--fn", help="tanh | sigmoid (repeatable; default tanh).")] = None,
+    backend: Annotated[
+        Optional[list[str]],
+        typer.Option("--backend", help=f"{one_of(KNEE_BACKENDS)}, or all (repeatable; torch is imported only when asked)."),
+    ] = None,
+    fn: Annotated[Optional[list[str]], typer.Option("--fn", help=f"{one_of(KNEE_FUNCTIONS)} (repeatable; default tanh).")] = None,
     json_out: Json = False,
+    wide: Wide = False,
     plot: Plot = None,
 ) -> None:
     """Where tanh(x) (or a sigmoid) is stored as exactly 1.0 in each float format."""
 
     def build() -> Report:
         from softcapgrad import formats
-        from softcapgrad.deadzone import BACKENDS, FUNCTIONS, knee_report
+        from softcapgrad.deadzone import knee_report
 
         dtypes = formats.resolve_many(dtype or ["bf16"])
         caps = positives("--cap", cap or [])
-        name = choice("--backend", backend, (*BACKENDS, "all"))
-        fns = pick("--fn", fn, FUNCTIONS, ["tanh"])
-        return knee_report(dtypes, caps, list(BACKENDS) if name == "all" else [name], fns)
+        backends = pick("--backend", backend, KNEE_BACKENDS, ["exact"])
+        fns = pick("--fn", fn, KNEE_FUNCTIONS, ["tanh"])
+        return knee_report(dtypes, caps, backends, fns)
 
-    emit(build, json_out, plot)
+    emit(build, json_out, wide, plot, "knee")
 
 
 @app.command()
 def horizon(
     cap: Caps = None,
-    dtype: Annotated[str, typer.Option(help="Float format of the scores and the cap.")] = "bf16",
+    dtype: Annotated[str, typer.Option(help="Float format of the scores and the cap: bf16, fp16, fp32 or fp64.")] = "bf16",
     at: Annotated[Optional[list[float]], typer.Option("--at", help="Probe inputs a (default 4c per cap).")] = None,
-    sweep: Annotated[int, typer.Option(help="How many inputs before the horizon to show.")] = 6,
+    sweep: Annotated[int, typer.Option(help="How many inputs before the first zero gradient to show (0 to 1000).")] = 6,
     path: Annotated[
         Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all'); replaces --dtype.")
     ] = None,
@@ -162,15 +272,17 @@ def horizon(
     sigmoid_scale: Annotated[Optional[float], typer.Option(help="Sigmoid cap s (default c/2).")] = None,
     sigmoid_shift: Annotated[float, typer.Option(help="Sigmoid cap b.")] = 0.0,
     json_out: Json = False,
+    wide: Wide = False,
     plot: Plot = None,
 ) -> None:
-    """The pre-cap horizon c·x_knee and the first input whose autograd gradient is exactly 0."""
+    """From which pre-cap input is the autograd gradient through the cap exactly 0."""
 
     def build() -> Report:
         from softcapgrad import formats
         from softcapgrad.deadzone import horizon_report
 
-        caps = positives("--cap", cap or [50.0, 30.0])
+        caps = positives("--cap", cap or [30.0, 50.0])
+        probes = [float(positive("--at", a)) for a in at] if at else None
         if path:
             from softcapgrad.paths import RECIPES, Sigmoid, paths_report
 
@@ -182,37 +294,39 @@ def horizon(
                 s=None if sigmoid_scale is None else positive("--sigmoid-scale", sigmoid_scale),
                 b=finite("--sigmoid-shift", sigmoid_shift),
             )
-            probes = [float(positive("--at", a)) for a in at] if at else None
             return paths_report(names, caps, probes, sig)
         fmt = formats.resolve(dtype)
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
-        probes = [float(positive("--at", a)) for a in at] if at else None
-        at_least("--sweep", sweep, 0)
+        if not 0 <= sweep <= 1000:
+            raise InputError(f"--sweep {sweep}: must lie in 0..1000")
         return horizon_report(caps, fmt, probes, sweep, curve=plot is not None)
 
-    emit(build, json_out, plot)
+    emit(build, json_out, wide, plot, "horizon")
 
 
 @app.command()
 def dynamics(
     a0: Annotated[float, typer.Option("--a0", help="Starting pre-cap logit of the wrong class.")] = 40.0,
-    cap: Annotated[float, typer.Option(help="Cap c.")] = 30.0,
-    lr: Annotated[float, typer.Option(help="Gradient-descent learning rate.")] = 1.0,
-    threshold: Annotated[float, typer.Option(help="Stop when the wrong class's probability falls below this.")] = 1e-3,
-    classes: Annotated[int, typer.Option(help="Number of classes K (the others sit at logit 0).")] = 2,
+    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
+    lr: Annotated[float, typer.Option(help="Gradient-descent learning rate > 0.")] = 1.0,
+    threshold: Annotated[float, typer.Option(help="Stop when the wrong class's probability falls below this, in (0, 1).")] = 1e-3,
+    classes: Annotated[int, typer.Option(help="Number of classes K ≥ 2 (the others sit at logit 0).")] = 2,
     correct: Annotated[float, typer.Option(help="The correct class's fixed logit.")] = 0.0,
     max_steps: Annotated[int, typer.Option(help="Give up after this many steps.")] = 100_000,
-    dtype: Annotated[str, typer.Option(help="fp64 (numpy), or bf16/fp16/fp32: the cap in that format by torch autograd.")] = "fp64",
+    dtype: Annotated[str, typer.Option(help="fp64 (numpy), or bf16, fp16, fp32: the cap in that format by torch autograd.")] = "fp64",
     sweep: Annotated[bool, typer.Option("--sweep", help="Also sweep the starting point.")] = False,
     sweep_a0: Annotated[
         Optional[list[float]], typer.Option("--sweep-a0", help="Starting points of the sweep (repeatable; implies --sweep).")
     ] = None,
-    backward: Annotated[str, typer.Option(help="eager | remedy (softcapgrad.softcap; low formats only).")] = "eager",
+    backward: Annotated[
+        str, typer.Option(help=f"{one_of(DYNAMICS_BACKWARDS)} (remedy: softcapgrad.softcap; bf16, fp16, fp32 only).")
+    ] = "eager",
     json_out: Json = False,
+    wide: Wide = False,
     plot: Plot = None,
 ) -> None:
-    """Steps gradient descent needs to correct a confidently wrong logit, with and without the cap."""
+    """How many more gradient-descent steps does the cap cost to correct a confidently wrong logit."""
 
     def build() -> Report:
         from softcapgrad import formats
@@ -232,18 +346,18 @@ def dynamics(
         starts = [finite("--sweep-a0", x) for x in sweep_a0] if sweep_a0 else None
         if (sweep or plot is not None) and not starts:
             starts = [float(x) for x in range(10, 131, 10)]
-        mode = choice("--backward", backward, ("eager", "remedy"))
+        mode = choice("--backward", backward, DYNAMICS_BACKWARDS)
         if mode == "remedy" and fmt.name == "float64":
             raise InputError("--backward remedy needs --dtype bf16, fp16 or fp32 (the float64 run is numpy, without autograd)")
         return dynamics_report(finite("--a0", a0), setting, fmt if fmt.name != "float64" else None, starts, mode)
 
-    emit(build, json_out, plot)
+    emit(build, json_out, wide, plot, "dynamics")
 
 
 @app.command("gate-demo")
 def gate_demo(
-    section: sections_option("competition | backward | laguna | cost | stability") = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    section: sections_option(GATE_SECTIONS) = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs (0 to 2^63 − 1).")] = 0,
     tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="Prefill lengths T for the cost table (repeatable).")] = None,
     heads: Annotated[
         Optional[list[int]], typer.Option("--heads", help="Query heads of each layer (repeatable, one per layer; default 48).")
@@ -252,55 +366,64 @@ def gate_demo(
     kv_heads: Annotated[int, typer.Option("--kv-heads", help="Key/value heads H_kv.")] = 8,
     head_dim: Annotated[int, typer.Option("--head-dim", help="Channels per head d_h.")] = 128,
     json_out: Json = False,
+    wide: Wide = False,
     plot: Plot = None,
 ) -> None:
-    """Softmax vs softplus, their backward passes, and the Laguna per-head softplus gate."""
+    """Softmax (competition) vs softplus (independence), their backward laws, and the Laguna per-head gate."""
 
     def build() -> Report:
-        from softcapgrad.gates import SECTIONS, Config, Shape, gate_demo_report
+        from softcapgrad.gates import Config, Shape, gate_demo_report
 
-        sections = pick("--section", section, SECTIONS)
+        sections = pick("--section", section, GATE_SECTIONS)
         if plot is not None and "competition" not in sections:
             raise InputError("--plot draws the competition section; add --section competition")
+        seed_ok = at_least("--seed", seed, 0)
+        if seed_ok >= 2**63:
+            raise InputError(f"--seed {seed}: must be below 2^63")
         layer_heads = [at_least("--heads", h, 1) for h in heads or [48]]
         lengths = [at_least("--tokens", t, 1) for t in tokens or [1024, 8192, 131072]]
         cfg = Config(D=at_least("--model-dim", model_dim, 1), H_kv=at_least("--kv-heads", kv_heads, 1),
                      d_h=at_least("--head-dim", head_dim, 1))
-        return gate_demo_report(sections, seed, Shape(), cfg, layer_heads, lengths)
+        return gate_demo_report(sections, seed_ok, Shape(), cfg, layer_heads, lengths)
 
-    emit(build, json_out, plot)
+    emit(build, json_out, wide, plot, "gate-demo")
 
 
 @app.command("tether-demo")
 def tether_demo(
-    section: sections_option("collapse | wd | clamp | floor | anchors") = None,
-    seed: Annotated[int, typer.Option(help="Seed of the toy signal.")] = 0,
+    section: sections_option(TETHER_SECTIONS) = None,
+    seed: Annotated[int, typer.Option(help="Seed of the toy signal (0 to 2^63 − 1).")] = 0,
     json_out: Json = False,
+    wide: Wide = False,
     plot: Plot = None,
 ) -> None:
-    """TetherGate against its document: collapse, choice of wd, clamp, floor, anchors."""
+    """Does TetherGate hold a gate open that a plain learned gate lets collapse; where does θ settle."""
 
     def build() -> Report:
-        from softcapgrad.tether_demo import SECTIONS, tether_demo_report
+        from softcapgrad.tether_demo import tether_demo_report
 
-        sections = pick("--section", section, SECTIONS)
+        sections = pick("--section", section, TETHER_SECTIONS)
         if plot is not None and not {"collapse", "wd"} <= set(sections):
             raise InputError("--plot draws the collapse and wd sections; include both")
-        return tether_demo_report(sections, seed, curve=plot is not None)
+        seed_ok = at_least("--seed", seed, 0)
+        if seed_ok >= 2**63:
+            raise InputError(f"--seed {seed}: must be below 2^63")
+        return tether_demo_report(sections, seed_ok, curve=plot is not None)
 
-    emit(build, json_out, plot)
+    emit(build, json_out, wide, plot, "tether-demo")
 
 
 @app.command()
 def scan(
     file: Annotated[Path, typer.Argument(help="A .pt, .npy or .safetensors file of pre-cap values.")],
-    cap: Annotated[float, typer.Option(help="Cap c.")] = 30.0,
+    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
     dtype: Annotated[str, typer.Option(help="Training format; picks the eager path (bf16 or fp16) when --path is absent.")] = "bf16",
     path: Annotated[Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all').")] = None,
     key: Annotated[Optional[list[str]], typer.Option("--key", help="Only these tensors (repeatable).")] = None,
     json_out: Json = False,
+    wide: Wide = False,
 ) -> None:
-    """Do real pre-cap values reach the dead zone? Counts per tensor and path, attenuation quantiles, histogram."""
+    """Do the pre-cap values in a file reach each path's dead zone."""
 
     def build() -> Report:
         from softcapgrad import formats
@@ -318,35 +441,27 @@ def scan(
             names = [eager]
         return scan_report(file, c, names, key)
 
-    emit(build, json_out)
+    emit(build, json_out, wide, command="scan")
 
 
 @app.command()
 def reproduce(
-    out: Annotated[Path, typer.Option(help="Folder for claims.json and claims.md.")] = Path("results"),
-    only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids.")] = None,
-    figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Also write results/figures/ (needs the 'plot' extra).")] = True,
+    out: Annotated[Path, typer.Option(help="Folder for claims.json, claims.md and figures/.")] = Path("results"),
+    only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids: recompute only those.")] = None,
+    figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Also write figures/ (needs the 'plot' extra).")] = True,
+    force: Annotated[bool, typer.Option("--force", help="With --only: write the partial ledger over the full one.")] = False,
     json_out: Json = False,
+    wide: Wide = False,
 ) -> None:
     """Recompute every document number; write the ledger and figures; exit 1 if a verdict changed."""
 
     def build() -> Report:
-        from softcapgrad.claims import evaluate, markdown, reproduce_report
+        from softcapgrad.claims import reproduce_run
 
-        outcomes = evaluate(only=only)
-        report = reproduce_report(outcomes)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "claims.json").write_text(as_json(report) + "\n")
-        (out / "claims.md").write_text(markdown(outcomes))
-        if figures and not only:
-            from softcapgrad import figures as figs
+        return reproduce_run(out, only, figures, force)
 
-            written = figs.reproduce_figures(out / "figures")
-            report = replace(report, notes=(*report.notes, f"figures: {', '.join(str(p) for p in written)}"))
-        return report
-
-    emit(build, json_out)
+    emit(build, json_out, wide, command="reproduce")
 
 
 def main() -> None:
-    app(prog_name="softcapgrad")
+    app(prog_name=PROG)

@@ -22,6 +22,7 @@ import numpy as np
 from softcapgrad import formats
 from softcapgrad.formats import Switch
 from softcapgrad.report import Report, Table
+from softcapgrad.names import KNEE_FUNCTIONS as FUNCTIONS
 
 BACKENDS = ("exact", "numpy", "torch")
 
@@ -48,9 +49,6 @@ def knee_exact(epsneg: float, fn: str = "tanh") -> float:
     if fn == "tanh":
         return 0.5 * (math.log(2.0 - h) - math.log(h))
     return math.log1p(-h) - math.log(h)
-
-
-FUNCTIONS = ("tanh", "sigmoid")
 
 
 def _exceeds(values: np.ndarray, epsneg: float, fn: str) -> np.ndarray:
@@ -255,8 +253,68 @@ def approach(c: float, dtype: np.dtype, first_zero: float, count: int, after: in
 # --- reports ---------------------------------------------------------------------------------
 
 
+def cap_arithmetic(dtype: np.dtype) -> type:
+    """The float type ``a / c`` is computed in: float64 for fp64, float32 (then rounded) for every narrower format.
+
+    Eager torch on the CPU computes bf16 and fp16 arithmetic in fp32 and rounds the result once;
+    ml_dtypes does the same for the fp8, fp6 and fp4 formats.
+    """
+    return np.float64 if dtype.itemsize >= 8 else np.float32
+
+
+def first_zero_in_format(c: float, dtype: np.dtype, first_saturating: float | None) -> Switch | None:
+    """The first input a of the format whose eager soft-cap gradient is exactly 0, in the format's arithmetic.
+
+    a/c is computed in :func:`cap_arithmetic` and rounded to the format; tanh of it is stored as 1.0
+    from ``first_saturating`` on (the exact search), and then the backward 1 − y² is exactly 0. Only
+    y = 1.0 gives 0: the largest value below 1 squares to 1 − 2ε₋, which is representable. No torch:
+    ``horizon`` measures the same thing through autograd.
+    """
+    if first_saturating is None:
+        return None
+    op = cap_arithmetic(dtype)
+    cap = op(c)
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        def saturated(v: np.ndarray) -> np.ndarray:
+            q = (v.astype(op) / cap).astype(dtype).astype(np.float64)
+            return q >= first_saturating
+
+        return formats.find_switch(dtype, saturated)
+
+
+def knee_answer(rows: list[dict], horizon_rows: list[dict]) -> tuple[str, ...]:
+    tanh_rows = [r for r in rows if r["fn"] == "tanh"] or rows
+    if len(tanh_rows) > 1:
+        lo = min(tanh_rows, key=lambda r: r["knee_exact"])
+        hi = max(tanh_rows, key=lambda r: r["knee_exact"])
+        return (
+            f"{tanh_rows[0]['fn']}(x) rounds to exactly 1.0 from x = {lo['knee_exact']:.4g} in {lo['dtype']} up to "
+            f"x = {hi['knee_exact']:.4g} in {hi['dtype']} across these {len(tanh_rows)} formats; past it the "
+            "gradient 1 − y² read from the stored output is exactly 0.",
+            "Each format's knee, its first value there and the pre-cap horizon per cap are in the tables below.",
+        )
+    r = tanh_rows[0]
+    first = r["first_saturating_input"]
+    sentences = [
+        f"In {r['dtype']}, {r['fn']}(x) rounds to exactly 1.0 from x = {r['knee_exact']:.6g} on; "
+        + (f"the first {r['dtype']} value there is {first:.8g}." if first is not None
+           else f"no {r['dtype']} value gets there.")
+    ]
+    mine = [h for h in horizon_rows if h["dtype"] == r["dtype"] and h["fn"] == r["fn"]]
+    if mine:
+        parts = []
+        for h in mine:
+            zero = h["first_zero_grad_input"]
+            parts.append(
+                f"at c = {h['cap']:g} from a = {zero:.8g} (pre-cap horizon c·x_knee = {h['horizon']:.5g})" if zero is not None
+                else f"at c = {h['cap']:g} never: no {r['dtype']} input reaches c·x_knee = {h['horizon']:.5g}")
+        sentences.append(f"The gradient through z = c·tanh(a/c), computed in {r['dtype']}, is exactly 0 "
+                         + "; ".join(parts) + ".")
+    return tuple(sentences)
+
+
 def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], fns: list[str]) -> Report:
-    rows, backend_rows = [], []
+    rows, backend_rows, horizon_rows = [], [], []
     for dtype in dtypes:
         for fn in fns:
             row, search = knee(dtype, caps, fn)
@@ -264,6 +322,12 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
             for backend in backends:
                 found = search if backend == "exact" else backend_knee(dtype, backend, caps, fn)
                 backend_rows.append(asdict(found))
+            if fn != "tanh":
+                continue
+            for c in caps:
+                zero = first_zero_in_format(c, dtype, row.first_saturating_input)
+                horizon_rows.append({"dtype": row.dtype, "fn": fn, "cap": c, "horizon": c * row.knee_exact,
+                                     "first_zero_grad_input": None if zero is None else zero.first_true})
     return Report(
         command="knee",
         params={"dtypes": [d.name for d in dtypes], "caps": caps, "backends": backends, "fns": fns},
@@ -272,25 +336,60 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
                 "rows",
                 "where f(x) is stored as exactly 1.0",
                 rows,
-                ("dtype", "fn", "mantissa_bits", "below_one", "knee_doc_formula", "knee_spacing", "knee_exact",
-                 "last_unsaturated_input", "first_saturating_input", "horizons"),
+                ("dtype", *(("fn",) if len(fns) > 1 else ()), "knee_exact", "first_saturating_input", "knee_doc_formula"),
+                wide=("mantissa_bits", "below_one", "knee_spacing", "last_unsaturated_input"),
+            ),
+            Table(
+                "horizon_rows",
+                "pre-cap inputs: the horizon c·x_knee, and the first input whose gradient through the cap is exactly 0",
+                horizon_rows,
+                ("dtype", "cap", "horizon", "first_zero_grad_input"),
             ),
             Table(
                 "backends",
                 "first input whose f a backend returns as 1.0 (searched over the format's own values)",
                 backend_rows,
-                ("dtype", "fn", "backend", "supported", "last_unsaturated_input", "first_saturating_input",
-                 "monotone", "method", "horizons", "reason"),
+                ("dtype", *(("fn",) if len(fns) > 1 else ()), "backend", "first_saturating_input", "monotone", "reason"),
+                wide=("last_unsaturated_input", "method", "supported"),
             ),
         ),
         notes=(
-            "knee_doc_formula = (ln2/2)(p+2): criterion 1 − tanh(x) < 2^−(p+1), half the spacing above 1.0",
-            "knee_spacing: criterion 1 − f(x) < ε₋/2, half the real spacing below 1.0; tanh: ½·ln(4/ε₋) (= (ln2/2)(p+3) when 1 − ε₋ is normal), sigmoid: ln(2/ε₋)",
-            "knee_exact = f⁻¹(1 − ε₋/2): f correctly rounded (nearest) reaches 1.0; first_saturating_input is the first value of the format past it",
-            "backend 'exact' decides f(x) > 1 − ε₋/2 in float64 and, near the midpoint, in 160-bit mpmath; numpy's sigmoid is 1/(1 + exp(−x)) in the format",
-            "monotone: every searched value past the switch also saturates (whole format when enumerated, ±4096 values when bisected)",
+            "exact knee = f⁻¹(1 − ε₋/2): f correctly rounded to nearest reaches 1.0 there; ε₋ is the spacing just below 1.0",
+            "document formula = (ln2/2)(p + 2): its criterion is half the spacing above 1.0, 2^−(p+1), which is too early",
+            "first zero-grad input: a/c computed in fp32 (fp64 for fp64) and rounded to the format, tanh correctly rounded"
+            " (torch autograd measures the same in `horizon`); — means no input of the format gets there",
+            "backend 'exact' decides f(x) > 1 − ε₋/2 in float64 and, near the midpoint, in 160-bit mpmath; numpy's"
+            " sigmoid is 1/(1 + exp(−x)) in the format",
+            "monotone: every searched value past the switch also saturates (whole format when enumerated, ±4096 values"
+            " when bisected)",
         ),
+        answer=knee_answer(rows, horizon_rows),
     )
+
+
+def horizon_answer(rows: list[dict], approach_rows: list[dict], dtype: np.dtype) -> tuple[str, ...]:
+    def at(r: dict) -> str:
+        zero = r["first_zero_grad_input"]
+        return (f"from a = {zero:.8g} at c = {r['cap']:g}" if zero is not None
+                else f"never at c = {r['cap']:g} (no {dtype.name} input gets there)")
+
+    horizons = " and ".join(f"{r['horizon']:.5g}" for r in rows)
+    sentences = [
+        f"In {dtype.name}, autograd's gradient through z = c·tanh(a/c) is exactly 0 "
+        + "; ".join(at(r) for r in rows) + f" (horizons c·x_knee = {horizons}; a/c is rounded to {dtype.name} "
+        "before the tanh, so the first zero can lie past c·x_knee)."
+    ]
+    before = [r for r in approach_rows if r["grad_autograd"] != 0.0 and r["cap"] == rows[0]["cap"]]
+    if before:
+        last = before[-1]
+        sentences.append(f"Just before it (a = {last['a']:g}, c = {last['cap']:g}) autograd returns {last['grad_autograd']:.3g} "
+                         f"where the exact gradient sech²(a/c) is {last['grad_exact']:.3g}.")
+    if dtype.name != "float32":
+        fp32 = "; ".join(f"{r['fp32_first_zero_grad_input']:.8g} at c = {r['cap']:g}" for r in rows
+                         if r["fp32_first_zero_grad_input"] is not None)
+        if fp32:
+            sentences.append(f"Computed in float32 throughout, the gradient dies only from {fp32}.")
+    return tuple(sentences)
 
 
 def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | None, sweep: int, curve: bool = False) -> Report:
@@ -302,6 +401,7 @@ def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | Non
             approach_rows.extend(approach(c, dtype, h.first_zero_grad_input, sweep))
         if h.first_zero_grad_input is not None and curve:
             curve_rows.extend(approach(c, dtype, h.first_zero_grad_input, 160, after=24))
+    probe_rows = [{"cap": r["cap"], **p} for r in rows for p in r["probes"]]
     return Report(
         command="horizon",
         params={"caps": caps, "dtype": dtype.name, "probes": probes, "sweep": sweep},
@@ -310,14 +410,19 @@ def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | Non
                 "rows",
                 f"pre-cap horizon of z = c·tanh(a/c) in {dtype.name} (autograd, every op in the format)",
                 rows,
-                ("cap", "dtype", "horizon", "first_zero_grad_input", "probes", "fp32_horizon", "fp32_first_zero_grad_input"),
+                ("cap", "horizon", "first_zero_grad_input", "monotone", "fp32_first_zero_grad_input"),
+                wide=("fp32_horizon",),
             ),
-            Table("approach", "the last representable inputs before the horizon: format gradient vs exact sech²(a/c)", approach_rows),
+            Table("probe_rows", "the gradient at the probe inputs", probe_rows,
+                  ("cap", "a", "grad_autograd", "grad_exact"), wide=("a_stored",)),
+            Table("approach", "the last representable inputs before the first zero: format gradient vs exact sech²(a/c)",
+                  approach_rows, ("cap", "a", "grad_autograd", "grad_exact", "rel_error")),
             *([Table("curve", "gradient across the horizon", curve_rows, show=False)] if curve else []),
         ),
         notes=(
-            "horizon = c·atanh(1 − ε₋/2), a real number; first_zero_grad_input is found by running autograd over the format's own inputs",
-            "a/c is rounded in the format before the tanh, so the first zero-gradient input can differ from c·x_knee",
-            "grad_autograd 0.0 is bit-exact zero: the stored tanh is 1.0 and the backward 1 − y² vanishes",
+            "horizon = c·atanh(1 − ε₋/2), a real number; the first zero-grad input is found by running autograd over"
+            " the format's own inputs",
+            "an autograd gradient of 0 is bit-exact zero: the stored tanh is 1.0 and the backward 1 − y² vanishes",
         ),
+        answer=horizon_answer(rows, approach_rows, dtype),
     )

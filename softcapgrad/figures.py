@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from softcapgrad.checks import InputError
+from softcapgrad.files import write_atomic
 from softcapgrad.report import Report
 
 SIZE = (8.0, 4.5)
@@ -196,23 +197,37 @@ BUILDERS = {
 }
 
 
-def save(fig, path: Path) -> Path:
-    """Write a PNG with fixed metadata (no software tag, no time), then close the figure."""
+def png_bytes(fig) -> bytes:
+    """A PNG with fixed metadata (no software tag, no time); the figure is closed."""
+    import io
+
     plt = _plt()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     plt.close(fig)
+    return buffer.getvalue()
+
+
+def save(fig, path: Path) -> Path:
+    """Write the figure atomically: an interrupt leaves the old file or none, never a partial PNG."""
+    write_atomic(path, png_bytes(fig))
     return path
 
 
+def check_plot_path(path: Path) -> None:
+    """Before any computation: the extra is installed and the path names a PNG."""
+    _plt()
+    if Path(path).suffix.lower() != ".png":
+        raise InputError(f"--plot {path}: figures are written as .png; give a path ending in .png")
+
+
 def plot(report: Report, path: Path) -> Path:
-    if path.suffix.lower() != ".png":
-        raise InputError(f"--plot {path}: figures are written as .png")
+    check_plot_path(path)
     return save(BUILDERS[report.command](report), path)
 
 
-def reproduce_figures(out: Path) -> list[Path]:
-    """Every figure `make reproduce` regenerates, each from the report its table would print."""
+def reproduce_figures() -> dict[str, bytes]:
+    """Every figure `make reproduce` regenerates, as PNG bytes by file name, each from the report its table would print."""
     import numpy as np
 
     from softcapgrad import formats
@@ -235,4 +250,4 @@ def reproduce_figures(out: Path) -> list[Path]:
         "gates.png": gates_figure(gate_demo_report(["competition"], 0, Shape(), Config(), [48], [1024])),
         "tether.png": tether_figure(tether_demo_report(["collapse", "wd"], 0, curve=True)),
     }
-    return [save(fig, out / name) for name, fig in figs.items()]
+    return {name: png_bytes(fig) for name, fig in figs.items()}

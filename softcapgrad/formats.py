@@ -62,10 +62,21 @@ class UnknownFormat(InputError):
     """A format name outside the registry."""
 
 
+_MODULE_PREFIXES = ("torch.", "numpy.", "np.", "jax.numpy.", "jnp.", "ml_dtypes.")
+
+
 def canonical_name(name: str) -> str:
+    """The registry's name for any accepted spelling, case-insensitive: ``BF16``, ``torch.bfloat16``, ``e4m3fn``."""
     key = name.strip().lower()
+    for prefix in _MODULE_PREFIXES:
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
     if key not in SPELLINGS:
-        raise UnknownFormat(f"unknown format {name!r}; known: {', '.join(FORMAT_NAMES)}")
+        from softcapgrad.checks import suggestion
+
+        hint = suggestion(key, SPELLINGS) or f"; known: {', '.join(FORMAT_NAMES)}"
+        raise UnknownFormat(f"unknown format {name!r}{hint}")
     return SPELLINGS[key]
 
 

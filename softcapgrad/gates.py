@@ -22,8 +22,7 @@ import torch.nn.functional as F
 
 from softcapgrad import formats
 from softcapgrad.report import Report, Table
-
-SECTIONS = ("competition", "backward", "laguna", "cost", "stability")
+from softcapgrad.names import GATE_SECTIONS as SECTIONS
 
 
 def softplus(x: torch.Tensor) -> torch.Tensor:

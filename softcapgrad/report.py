@@ -60,6 +60,9 @@ LABELS: dict[str, str] = {
     "grad_autograd": "autograd gradient",
     "grad_exact": "exact sech²(a/c)",
     "rel_error": "relative error",
+    "fp32_first_zero_grad_input": "in fp32",
+    "fp32_horizon": "fp32 horizon",
+    "a_stored": "a as stored",
     "monotone": "monotone",
     "backend": "backend",
     "path": "path",
@@ -76,6 +79,7 @@ LABELS: dict[str, str] = {
     "expected": "expected",
     "stated": "document says",
     "computed": "computed",
+    "computed_text": "computed",
     "id": "claim",
 }
 
@@ -131,6 +135,14 @@ def _special(v: float) -> str | None:
     return None
 
 
+def _exact_decimals(v: float) -> int:
+    """Decimals of the shortest repr that round-trips (0.999 → 3); large when it needs an exponent."""
+    text = repr(v)
+    if "e" in text or "E" in text:
+        return 99
+    return len(text.split(".")[1].rstrip("0")) if "." in text else 0
+
+
 def number_format(values: list[Any]) -> Callable[[float], str]:
     """One format for a column of numbers: integers, fixed point with one decimal count, or scientific.
 
@@ -143,7 +155,7 @@ def number_format(values: list[Any]) -> Callable[[float], str]:
         return lambda v: _special(float(v)) or f"{int(v):,}"
     lo, hi = min(abs(v) for v in nums), max(abs(v) for v in nums)
     if 1e-4 <= lo and hi < 1e9:
-        decimals = min(12, max(0, SIGNIFICANT - 1 - math.floor(math.log10(lo))))
+        decimals = min(12, max(0, SIGNIFICANT - 1 - math.floor(math.log10(lo))), max(map(_exact_decimals, nums)))
         return lambda v: _special(float(v)) or f"{float(v):,.{decimals}f}"
     return lambda v: _special(float(v)) or f"{float(v):.4e}"
 
@@ -167,27 +179,32 @@ def format_cell(value: Any, number: Callable[[float], str] | None = None) -> str
 
 
 def _rich_table(table: Table, wide: bool):
+    """Numbers and names are never wrapped or cut: each column is at least as wide as its widest cell
+    and the longest word of its header, so only headers (between words) and notes wrap."""
     from rich.table import Table as RichTable
 
     columns = [c for c in (table.columns or tuple(table.rows[0])) if c not in table.wide]
     if wide:
         columns += [c for c in table.wide if c not in columns]
     formats = {c: number_format([r.get(c) for r in table.rows]) for c in columns}
-    title = table.title
+    text = {c: [format_cell(r.get(c), formats[c]) for r in table.rows] for c in columns}
     if len(table.rows) == 1 and len(columns) > 3:  # one result: quantity / value pairs read better
-        out = RichTable(title=title, title_justify="left", header_style="bold", show_header=False)
-        out.add_column("quantity", overflow="fold")
-        out.add_column("value", justify="right", no_wrap=True)
+        out = RichTable(header_style="bold", show_header=False)
+        out.add_column("quantity")
+        out.add_column("value", justify="right", min_width=max(len(t[0]) for t in text.values()))
         for c in columns:
-            out.add_row(label(c), format_cell(table.rows[0].get(c), formats[c]))
+            if text[c][0] not in ("", "—"):
+                out.add_row(label(c), text[c][0])
         return out
-    out = RichTable(title=title, title_justify="left", header_style="bold")
+    out = RichTable(header_style="bold")
     for c in columns:
         cells = [r.get(c) for r in table.rows]
         numeric = any(_is_number(v) for v in cells) and all(v is None or _is_number(v) for v in cells)
-        out.add_column(label(c), justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")
-    for row in table.rows:
-        out.add_row(*(format_cell(row.get(c), formats[c]) for c in columns))
+        widest = max(len(line) for t in text[c] for line in (t.splitlines() or [""]))
+        word = max(len(w) for w in label(c).split())
+        out.add_column(label(c), justify="right" if numeric else "left", min_width=max(widest, word))
+    for i in range(len(table.rows)):
+        out.add_row(*(text[c][i] for c in columns))
     return out
 
 
@@ -200,8 +217,11 @@ def render_table(report: Report, console, wide: bool = False) -> None:
     for table in report.tables:
         if not table.rows or not table.show:
             continue
+        console.print(table.title, style="bold", highlight=False, markup=False)  # wraps at the console, not the table
         console.print(_rich_table(table, wide))
     for key, value in report.figures.items():
+        if value in (None, [], {}, ""):
+            continue
         console.print(f"{label(key)}: {format_cell(plain(value))}", highlight=False, markup=False)
     for note in report.notes:
         console.print(f"• {note}", highlight=False, markup=False)

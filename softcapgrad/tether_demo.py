@@ -14,8 +14,8 @@ import torch
 
 from softcapgrad.report import Report, Table
 from softcapgrad.tether import FloorSchedule, TetherGate, anchor_targets, floor_schedule, tethergate_step
+from softcapgrad.names import TETHER_SECTIONS as SECTIONS
 
-SECTIONS = ("collapse", "wd", "clamp", "floor", "anchors")
 PUSH_LRS = [1e-3, 1e-2, 1.5e-1]  # a 150× range
 PUSH_WDS = [20.0, 5.0, 0.5]
 BETA = 6.0

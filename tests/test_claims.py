@@ -1,6 +1,10 @@
 """The claims ledger: tolerances from printed digits, verdicts, and the reproduce command."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,18 +42,57 @@ def test_ids_unique_and_documents_known():
     assert all(c.expected in ("reproduced", "differs") for c in claims.CLAIMS)
 
 
-def test_every_claim_has_its_expected_verdict():
+COMMITTED = Path(__file__).resolve().parent.parent / "results" / "claims.json"
+LEDGER_KEYS = ("id", "computed", "verdict", "why")
+
+
+def _committed_rows() -> list[list]:
+    return [[row[k] for k in LEDGER_KEYS] for row in json.loads(COMMITTED.read_text())["rows"]]
+
+
+def test_every_claim_has_its_expected_verdict_and_matches_the_committed_ledger():
     outcomes = claims.evaluate()
     wrong = [(o.id, o.computed, o.verdict) for o in outcomes if not o.as_expected]
     assert not wrong
     assert all(o.why for o in outcomes if o.verdict == "differs"), "a differing claim says why"
+    assert [[getattr(o, k) for k in LEDGER_KEYS] for o in outcomes] == _committed_rows()
+
+
+def test_the_committed_ledger_does_not_depend_on_the_cpu_vector_width():
+    """ATen picks its vectorised kernels by CPU capability; the scalar ones must give the same ledger."""
+    code = ("import json; from softcapgrad.claims import evaluate; "
+            f"print(json.dumps([[getattr(o, k) for k in {LEDGER_KEYS!r}] for o in evaluate()]))")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(proc.stdout) == _committed_rows()
+
+
+def test_judged_precision_rounds_at_the_tolerance_digit():
+    assert claims.judged_precision(3.465247, 0.005) == 3.465
+    assert claims.judged_precision(2.8e-17, 16 * 2.0**-52) == 0.0
+    assert claims.judged_precision(5.6e-17, 16 * 2.0**-52) == 0.0
+    assert claims.judged_precision(-1e-9, 0.5) == 0.0 and str(claims.judged_precision(-1e-9, 0.5)) == "0.0"
+
+
+def test_partial_reproduce_leaves_the_full_ledger_alone(cli, tmp_path):
+    code, data, _, _ = cli("reproduce", "--out", str(tmp_path), "--only", "^attenuation", "--json")
+    assert code == 0 and data["changed"] == [] and data["claims"] == 3
+    assert not (tmp_path / "claims.json").exists()
+    assert data["answer"][0].endswith("(3 of %d claims)." % len(claims.CLAIMS))
+
+
+@pytest.mark.parametrize("only, needle", [("(", "not a regular expression"), ("^nothing-matches$", "matches no claim")])
+def test_reproduce_only_must_select_something(cli, tmp_path, only, needle):
+    code, _, out, err = cli("reproduce", "--out", str(tmp_path), "--only", only)
+    assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
 
 
 def test_reproduce_writes_ledger_and_fails_on_a_changed_verdict(cli, tmp_path, monkeypatch):
-    code, data, _, _ = cli("reproduce", "--out", str(tmp_path), "--only", "^attenuation", "--json")
+    code, data, _, _ = cli("reproduce", "--out", str(tmp_path), "--only", "^attenuation", "--force", "--json")
     assert code == 0 and data["changed"] == [] and data["claims"] == 3
     assert json.loads((tmp_path / "claims.json").read_text())["claims"] == 3
     assert "| attenuation-c |" in (tmp_path / "claims.md").read_text()
+    assert not list(tmp_path.glob(".*.tmp")), "no temporary file is left behind"
     flipped = tuple(
         claims.Claim(c.id, c.doc, c.section, c.statement, c.stated, c.kind, c.compute, "differs")
         if c.id == "attenuation-c" else c
