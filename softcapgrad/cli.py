@@ -29,7 +29,10 @@ PROG = "softcapgrad"
 
 
 class _OneLineErrors(TyperGroup):
-    """Runs the app non-standalone and turns the parser's framed errors into one line on stderr."""
+    """Runs the app non-standalone and turns the parser's framed errors into one line on stderr.
+
+    Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input, 3 an internal error, 130 interrupted.
+    """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
@@ -46,6 +49,13 @@ class _OneLineErrors(TyperGroup):
         except click.exceptions.Abort:
             click.echo(f"{PROG}: interrupted", err=True)
             code = 130
+        except Exception as err:  # a bug of ours: one line, not a traceback (SOFTCAPGRAD_DEBUG=1 shows it)
+            if os.environ.get("SOFTCAPGRAD_DEBUG"):
+                raise
+            first = str(err).splitlines()[0] if str(err) else ""
+            click.echo(f"{PROG}: internal error: {type(err).__name__}: {first} (please report it; "
+                       "SOFTCAPGRAD_DEBUG=1 shows where)", err=True)
+            code = 3
         if standalone_mode:
             sys.exit(code or 0)
         return code
@@ -330,6 +340,7 @@ def dynamics(
 
     def build() -> Report:
         from softcapgrad import formats
+        from softcapgrad.attenuation import MAX_A_OVER_C
         from softcapgrad.dynamics import Setting, dynamics_report
 
         fmt = formats.resolve(dtype)
@@ -349,7 +360,11 @@ def dynamics(
         mode = choice("--backward", backward, DYNAMICS_BACKWARDS)
         if mode == "remedy" and fmt.name == "float64":
             raise InputError("--backward remedy needs --dtype bf16, fp16 or fp32 (the float64 run is numpy, without autograd)")
-        return dynamics_report(finite("--a0", a0), setting, fmt if fmt.name != "float64" else None, starts, mode)
+        for option, start in [("--a0", a0), *(("--sweep-a0", x) for x in starts or [])]:
+            if not abs(start) <= MAX_A_OVER_C * setting.cap:
+                raise InputError(f"{option} {start:g}: |a0| must be at most {MAX_A_OVER_C:g}·c = "
+                                 f"{MAX_A_OVER_C * setting.cap:g}; past it sech²(a0/c) underflows float64")
+        return dynamics_report(a0, setting, fmt if fmt.name != "float64" else None, starts, mode)
 
     emit(build, json_out, wide, plot, "dynamics")
 

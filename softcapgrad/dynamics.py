@@ -36,14 +36,14 @@ class Setting:
     confident: float = 0.5  # p above this counts as the confident phase
 
     @property
-    def rest(self) -> float:
-        """e^y + K − 2: the softmax mass of every class but the wrong one."""
-        return math.exp(self.correct) + self.classes - 2
+    def log_rest(self) -> float:
+        """ln(e^y + K − 2): the log softmax mass of every class but the wrong one, without overflow."""
+        return float(np.logaddexp(self.correct, math.log(self.classes - 2))) if self.classes > 2 else self.correct
 
 
 def wrong_probability(z: np.ndarray, s: Setting) -> np.ndarray:
     """p = e^z/(e^z + rest) = 1/(1 + e^{−(z − ln rest)}), without overflow or cancellation."""
-    return np.exp(-np.logaddexp(0.0, math.log(s.rest) - np.asarray(z)))
+    return np.exp(-np.logaddexp(0.0, s.log_rest - np.asarray(z)))
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backw
     conf_steps = torch.zeros(n, dtype=torch.int64)
     conf_att = torch.zeros(n, dtype=torch.float64)
     bound_att = torch.zeros(n, dtype=torch.float64)
-    shift = math.log(s.rest)
+    shift = s.log_rest
     for n_step in range(s.max_steps + 1):
         x = a.to(tdtype).requires_grad_(True)
         if not capped:
@@ -161,11 +161,13 @@ def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backw
 
 
 def end_point(s: Setting, capped: bool) -> float | None:
-    """a where p = threshold; None when the cap keeps z above the needed logit."""
-    z_end = math.log(s.rest) + math.log(s.threshold / (1.0 - s.threshold))
+    """a where p = threshold; None when the cap keeps z above the needed logit, inf when any a will do."""
+    z_end = s.log_rest + math.log(s.threshold) - math.log1p(-s.threshold)
     if not capped:
         return z_end
-    return s.cap * math.atanh(z_end / s.cap) if abs(z_end) < s.cap else None
+    if z_end >= s.cap:
+        return math.inf  # every capped logit already has p below the threshold
+    return s.cap * math.atanh(z_end / s.cap) if z_end > -s.cap else None
 
 
 def integral_steps(a0: float, s: Setting, capped: bool, points: int = 400_001) -> float | None:
@@ -250,25 +252,82 @@ def sweep(a0s: list[float], s: Setting, dtype=None, backward: str = "eager") -> 
 
 
 def _phase_rows(label: str, runs: Runs, s: Setting) -> list[dict]:
+    """Steps and mean attenuation per phase; a phase with no steps has no mean (None, not NaN)."""
     total = int(runs.steps[0])
     conf = int(runs.confident_steps[0])
+
+    def mean(value: float, steps: int) -> float | None:
+        return float(value) if steps and math.isfinite(float(value)) else None
+
     return [
         {"run": label, "phase": f"confident (p > {s.confident:g})", "steps": conf,
-         "share": conf / total if total else None, "mean_attenuation": float(runs.confident_mean_attenuation[0])},
+         "share": conf / total if total else None, "mean_attenuation": mean(runs.confident_mean_attenuation[0], conf)},
         {"run": label, "phase": "near the boundary", "steps": total - conf,
-         "share": (total - conf) / total if total else None, "mean_attenuation": float(runs.boundary_mean_attenuation[0])},
+         "share": (total - conf) / total if total else None,
+         "mean_attenuation": mean(runs.boundary_mean_attenuation[0], total - conf)},
     ]
+
+
+def unreachable_threshold(s: Setting) -> str | None:
+    """Why the capped run can never converge, or None: the cap keeps z above −c, so p ≥ p(−c)."""
+    if end_point(s, True) is not None:
+        return None
+    floor = float(wrong_probability(np.float64(-s.cap), s))
+    return (f"--threshold {s.threshold:g}: the cap keeps the wrong logit above −c = {-s.cap:g}, where its probability "
+            f"is still {floor:.3g} (classes {s.classes}, correct logit {s.correct:g}); choose a threshold above that")
+
+
+def dynamics_answer(a0: float, s: Setting, name: str, head: Headline, capped: Runs, sweep_rows: list[dict] | None,
+                    backward: str) -> tuple[str, ...]:
+    setting = f"c = {s.cap:g}, lr = {s.lr:g}, {name}" + (", remedy backward" if backward == "remedy" else "")
+    if head.status == "stalled":
+        first = (f"Starting from pre-cap a0 = {a0:g} ({setting}) the wrong logit never moves: the gradient through the "
+                 f"cap is exactly 0 there in {name}, so gradient descent stalls at step 0.")
+    elif head.status != "converged":
+        first = (f"Starting from pre-cap a0 = {a0:g} ({setting}) gradient descent did not push the wrong class below "
+                 f"p = {s.threshold:g} within {s.max_steps:,} steps.")
+    elif head.steps_capped == 0 or head.ratio is None:
+        first = (f"At pre-cap a0 = {a0:g} ({setting}) the wrong class's probability is already below {s.threshold:g}: "
+                 f"{head.steps_capped} steps with the cap, {head.steps_uncapped} without.")
+    else:
+        first = (f"Correcting a wrong logit from pre-cap a0 = {a0:g} ({setting}) takes {head.steps_capped:,} steps with "
+                 f"the cap against {head.steps_uncapped:,} without: {head.ratio:.3g}× as many, although the gradient "
+                 f"at the start is {head.pointwise_factor:.3g}× smaller.")
+    sentences = [first]
+    if head.status == "converged" and head.steps_capped:
+        conf, total = int(capped.confident_steps[0]), int(capped.steps[0])
+        rows = _phase_rows("capped", capped, s)
+        boundary = rows[1]["mean_attenuation"]
+        sentences.append(f"Only {conf:,} of the capped steps run while the wrong class is confident (p > {s.confident:g}); "
+                         f"the other {total - conf:,} run near the boundary"
+                         + (f" at a mean attenuation of {boundary:.2f}." if boundary is not None else "."))
+    if sweep_rows:
+        done = [r for r in sweep_rows if r["ratio"] is not None]
+        stalled = [r["a0"] for r in sweep_rows if r["status"] == "stalled"]
+        if done:
+            sentences.append(f"Over the sweep the ratio runs from {done[0]['ratio']:.3g} (a0 = {done[0]['a0']:g}) to "
+                             f"{done[-1]['ratio']:.3g} (a0 = {done[-1]['a0']:g})"
+                             + (f"; starts from a0 = {min(stalled):g} stall." if stalled else "."))
+    return tuple(sentences)
 
 
 def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None, backward: str = "eager") -> Report:
+    from softcapgrad.checks import InputError
+
+    why = unreachable_threshold(s)
+    if why:
+        raise InputError(why)
     head, capped, uncapped = headline(a0, s, dtype, backward)
     name = np.dtype(dtype).name if dtype is not None else "float64"
+    sweep_rows = sweep(sweep_a0, s, dtype, backward) if sweep_a0 else None
     tables = [
-        Table("rows", f"correcting a wrong logit from a0 = {a0:g} (cap {s.cap:g}, {name})", [asdict(head)]),
+        Table("rows", f"correcting a wrong logit from a0 = {a0:g} (cap {s.cap:g}, {name})", [asdict(head)],
+              ("status", "steps_capped", "steps_uncapped", "ratio", "pointwise_factor"),
+              wide=("integral_capped", "integral_uncapped", "integral_ratio")),
         Table("phases", "where the steps go", _phase_rows("capped", capped, s) + _phase_rows("uncapped", uncapped, s)),
     ]
-    if sweep_a0:
-        tables.append(Table("sweep", "slowdown ratio by starting point", sweep(sweep_a0, s, dtype, backward)))
+    if sweep_rows:
+        tables.append(Table("sweep", "slowdown ratio by starting point", sweep_rows))
     notes = [
         "ratio = capped steps / uncapped steps; pointwise_factor = 1/sech²(a0/c), the slowdown at the start alone",
         "integral_* = ∫ da/(lr·p·sech²) from p = threshold to a0: the step count of the continuous flow",
@@ -287,4 +346,5 @@ def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None, 
         tables=tuple(tables),
         notes=tuple(notes),
         figures={k: getattr(head, k) for k in ("status", "steps_capped", "steps_uncapped", "ratio", "pointwise_factor")},
+        answer=dynamics_answer(a0, s, name, head, capped, sweep_rows, backward),
     )

@@ -289,6 +289,42 @@ def overflow_point(dtype: np.dtype) -> dict:
 # --- the report ------------------------------------------------------------------------------
 
 
+def gate_demo_answer(tables: dict[str, list[dict]], cfg: Config, heads: list[int]) -> tuple[str, ...]:
+    """One sentence per finding, at most three: competition; the backward laws; cost and overflow."""
+    sentences = []
+    if "competition" in tables:
+        r = tables["competition"]
+        sentences.append(
+            f"Raising z₃ by 1 moves every softmax share (z₁: {r[0]['softmax']:.4f} → {r[0]['softmax_after']:.4f}, "
+            f"z₂: {r[1]['softmax']:.4f} → {r[1]['softmax_after']:.4f}) while softplus leaves the other gates where "
+            f"they were; softplus(0) = ln 2 = {softplus_at(0.0):.4f}.")
+    checks = []
+    if "backward" in tables:
+        worst = max(r["max_abs_error"] for r in tables["backward"])
+        checks.append(f"every softmax and softplus backward law matches torch autograd to {worst:.2g}")
+    if "laguna" in tables:
+        worst = max(r["max_abs_error"] / max(1.0, r["max_abs_value"]) for r in tables["laguna"])
+        checks.append(f"the hand-written Laguna gated-attention backward matches it to {worst:.2g} relative to each "
+                      "gradient's size")
+    if checks:
+        sentences.append("In float64, " + " and ".join(checks) + ".")
+    tail = []
+    if "cost_layers" in tables:
+        layer = tables["cost_layers"][0]
+        tokens = tables["cost_tokens"]
+        tail.append(
+            f"at D = {cfg.D:,} with {heads[0]} query heads the per-head gate adds {layer['gate_values_per_token']:,} "
+            f"values per token against {layer['attention_channels_per_token']:,} attention channels, and "
+            f"{tokens[0]['gate_over_attention']:.2%} of the core attention FLOPs at T = {tokens[0]['T']:,}"
+            + (f" ({tokens[-1]['gate_over_attention']:.2%} at T = {tokens[-1]['T']:,})" if len(tokens) > 1 else ""))
+    if "stability" in tables:
+        points = ", ".join(f"{r['first_overflow_input']:.6g} in {r['dtype']}" for r in tables["stability"])
+        tail.append(f"naive log1p(exp(x)) first overflows at x = {points}, where the stable form stays finite")
+    if tail:
+        sentences.append("; ".join(tail)[0].upper() + "; ".join(tail)[1:] + ".")
+    return tuple(sentences)
+
+
 def gate_demo_report(sections: list[str], seed: int, shape: Shape, cfg: Config, heads: list[int], tokens: list[int]) -> Report:
     tables: list[Table] = []
     figures: dict = {}
@@ -300,18 +336,26 @@ def gate_demo_report(sections: list[str], seed: int, shape: Shape, cfg: Config, 
     if "backward" in sections:
         tables.append(Table("backward", f"backward laws vs torch autograd (float64, seed {seed})", backward_laws(seed)))
     if "laguna" in sections:
-        tables.append(Table("laguna", f"hand-written gated-attention gradients vs autograd (float64, {asdict(shape)})", laguna_check(shape, seed)))
+        size = ", ".join(f"{k} = {v}" for k, v in asdict(shape).items())
+        tables.append(Table("laguna", f"hand-written gated-attention gradients vs autograd (float64, {size})", laguna_check(shape, seed)))
         tables.append(Table("per_element", "what a per-element gate would change", per_element_contrast(shape)))
         tables.append(Table("gate_rounding", "gate in fp32, cast to bf16 as Laguna runs it", [gate_rounding(shape, seed)]))
     if "cost" in sections:
         tables.append(Table("cost_layers", f"per layer at D = {cfg.D}, H_kv = {cfg.H_kv}, d_h = {cfg.d_h}", [layer_cost(cfg, h) for h in heads]))
         tables.append(Table("cost_tokens", f"prefill FLOPs over {len(heads)} layer(s): gate linear in T, attention quadratic",
-                            [flops(cfg, heads, t) for t in tokens]))
+                            [flops(cfg, heads, t) for t in tokens],
+                            ("T", "gate_flops", "attention_core_flops", "gate_over_attention"),
+                            wide=("gate_flops_per_token", "attention_flops_per_token")))
     if "stability" in sections:
         dts = [formats.resolve(n) for n in ("fp16", "bf16", "fp32", "fp64")]
-        tables.append(Table("stability", "where naive log1p(exp(x)) overflows, evaluated in each format (torch)", [overflow_point(d) for d in dts]))
-    rows_table = tables[0]
-    tables[0] = Table("rows", rows_table.title, rows_table.rows, rows_table.columns)
+        tables.append(Table("stability", "where naive log1p(exp(x)) overflows, evaluated in each format (torch); naive eˣ/(1 + eˣ) there is ∞/∞ = NaN",
+                            [overflow_point(d) for d in dts],
+                            ("dtype", "last_finite_input", "first_overflow_input", "ln_overflow_threshold", "naive", "stable"),
+                            wide=("ln_max", "torch_softplus", "naive_sigmoid_exp_ratio", "sigmoid_two_branch",
+                                  "sigmoid_two_branch_at_minus_x")))
+    answer = gate_demo_answer({t.key: t.rows for t in tables}, cfg, heads)
+    first = tables[0]
+    tables[0] = Table("rows", first.title, first.rows, first.columns, first.show, first.wide)
     return Report(
         command="gate-demo",
         params={"sections": sections, "seed": seed, "shape": asdict(shape), "config": asdict(cfg), "heads": heads, "tokens": tokens},
@@ -321,4 +365,5 @@ def gate_demo_report(sections: list[str], seed: int, shape: Shape, cfg: Config, 
             "the gate's backward needs a reduction over the d_h channels of each head; softplus' backward is elementwise σ",
         ),
         figures=figures,
+        answer=answer,
     )

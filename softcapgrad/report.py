@@ -81,6 +81,20 @@ LABELS: dict[str, str] = {
     "computed": "computed",
     "computed_text": "computed",
     "id": "claim",
+    "lr_wd": "lr·wd",
+    "one_over_wd": "1/wd",
+    "exact_offset": "exact offset",
+    "beta_over_wd": "β/wd",
+    "theta": "θ",
+    "tether_theta_minus_anchor": "tether θ − θ*",
+    "T": "tokens T",
+    "H_q": "query heads",
+    "gate_over_attention": "gate / attention",
+    "ln_overflow_threshold": "overflow threshold",
+    "last_finite_input": "last finite input",
+    "first_overflow_input": "first overflow input",
+    "naive": "naive result",
+    "stable": "stable result",
 }
 
 
@@ -209,7 +223,10 @@ def _rich_table(table: Table, wide: bool):
 
 
 def render_table(report: Report, console, wide: bool = False) -> None:
-    """Print a report: its answer, then rich tables (rich is imported by the caller's console)."""
+    """Print a report: its answer, then rich tables, then notes (rich is imported by the caller's console).
+
+    The top-level figures are in the JSON only: the answer states the ones a reader needs.
+    """
     for sentence in report.answer:
         console.print(sentence, highlight=False, markup=False)
     if report.answer:
@@ -219,9 +236,5 @@ def render_table(report: Report, console, wide: bool = False) -> None:
             continue
         console.print(table.title, style="bold", highlight=False, markup=False)  # wraps at the console, not the table
         console.print(_rich_table(table, wide))
-    for key, value in report.figures.items():
-        if value in (None, [], {}, ""):
-            continue
-        console.print(f"{label(key)}: {format_cell(plain(value))}", highlight=False, markup=False)
     for note in report.notes:
         console.print(f"• {note}", highlight=False, markup=False)

@@ -160,6 +160,52 @@ def anchors(means: list[float], steps: int, lr: float, wd: float, g_target: floa
     return rows
 
 
+def spring_regime(lr_wd: float) -> str:
+    """How θ ← (θ + lr)(1 − lr·wd) behaves: monotone below 1, oscillating below 2, divergent from 2."""
+    return "monotone" if lr_wd < 1 else ("oscillating" if lr_wd < 2 else "unstable")
+
+
+def tether_demo_answer(tables: dict[str, list[dict]], boundary: float | None) -> tuple[str, ...]:
+    sentences = []
+    if "collapse" in tables:
+        rows = tables["collapse"]
+        first, last = rows[0], rows[-1]
+        sentences.append(
+            f"On a branch the loss never pays for, a plain learned gate closes from {first['plain_mean_gate']:.2f} to "
+            f"{last['plain_mean_gate']:.2g} in {last['step']:,} steps while TetherGate holds it at "
+            f"{last['tether_mean_gate']:.2f} (wd = 20, g_target = 0.5).")
+    if "wd" in tables:
+        settled = [r for r in tables["wd"] if r["regime"] != "unstable"]
+        small = [r for r in settled if r["lr_wd"] <= 0.02]
+        text = "Under a steady closing push θ settles at the spring's fixed point (1 − lr·wd)/wd from its anchor"
+        if settled:
+            fit = max(abs(r["offset"] / r["exact_offset"] - 1) for r in settled)
+            text += f" (measured to a relative {fit:.1g})"
+        if small:
+            near = max(abs(r["offset"] * r["wd"] - 1) for r in small)
+            text += f", within {near:.1%} of 1/wd for lr·wd ≤ 0.02"
+        if boundary is not None:
+            text += (f"; it diverges only from lr·wd = {boundary:.3g} (the 'unstable' rows), so lr·wd ≪ 1 buys "
+                     "accuracy, not stability")
+        sentences.append(text + ".")
+    rest = []
+    if "clamp" in tables:
+        r = tables["clamp"][0]
+        rest.append(f"past the clamp the loss gives θ a gradient of exactly {r['loss_grad_on_theta']:g} and the spring "
+                    f"alone brings it back in {r['spring_steps_to_reenter']} steps")
+    if "anchors" in tables:
+        local = [r["opening_at_mean_signal"] for r in tables["anchors"] if r["anchor"] == "local"]
+        glob = [r["opening_at_mean_signal"] for r in tables["anchors"] if r["anchor"] == "global"]
+        rest.append(f"a local anchor opens every gate near {sum(local) / len(local):.2f} at its own signal mean, where a "
+                    f"global one leaves them between {min(glob):.2g} and {max(glob):.2g}")
+    if "floor" in tables and not rest:
+        rest.append("while the floor is 1 the loss gives θ no gradient; the exp and cos schedules lower it after ramp_start")
+    if rest:
+        text = "; ".join(rest)
+        sentences.append(text[0].upper() + text[1:] + ".")
+    return tuple(sentences)
+
+
 def tether_demo_report(sections: list[str], seed: int, curve: bool = False) -> Report:
     tables: list[Table] = []
     figures: dict = {}
@@ -171,8 +217,10 @@ def tether_demo_report(sections: list[str], seed: int, curve: bool = False) -> R
         if curve:
             tables.append(Table("collapse_curve", "mean gate opening every 20 steps", rows, show=False))
     if "wd" in sections:
-        tables.append(Table("wd", "steady closing push with Adam: θ − θ* vs 1/wd, gate shift vs β/wd (β = 6)",
-                            steady_push(PUSH_LRS, PUSH_WDS)))
+        push = [{**r, "regime": spring_regime(r["lr_wd"])} for r in steady_push(PUSH_LRS, PUSH_WDS)]
+        tables.append(Table("wd", "steady closing push with Adam: θ − θ* vs 1/wd, gate shift vs β/wd (β = 6)", push,
+                            ("lr", "wd", "lr_wd", "regime", "offset", "exact_offset", "one_over_wd", "time_constant"),
+                            wide=("steps", "shift", "beta_over_wd")))
         figures["stability_boundary_lr_wd"] = stability_boundary()
     if "clamp" in sections:
         tables.append(Table("clamp", "past the clamp the loss gives θ exactly 0; the spring alone brings it back",
@@ -184,16 +232,18 @@ def tether_demo_report(sections: list[str], seed: int, curve: bool = False) -> R
     if "anchors" in sections:
         tables.append(Table("anchors", "gates with different signal means: global vs local anchor (spring only)",
                             anchors([-1.0, 0.0, 2.0], 3000, 1e-2, 20.0, 0.5)))
+    answer = tether_demo_answer({t.key: t.rows for t in tables}, figures.get("stability_boundary_lr_wd"))
     first = tables[0]
-    tables[0] = Table("rows", first.title, first.rows, first.columns)
+    tables[0] = Table("rows", first.title, first.rows, first.columns, first.show, first.wide)
     return Report(
         command="tether-demo",
         params={"sections": sections, "seed": seed, "beta": BETA},
         tables=tuple(tables),
         notes=(
-            "offset = θ − θ* at the end; exact_offset = (1 − lr·wd)/wd is the fixed point of θ ← (θ + lr)(1 − lr·wd)",
-            "time_constant: steps to reach 1 − 1/e of the final offset, beside 1/(lr·wd)",
-            "the spring recurrence is stable for lr·wd < 2 and monotone for lr·wd < 1; lr·wd ≪ 1 keeps the offset near 1/wd",
+            "offset = θ − θ* at the end; exact offset = (1 − lr·wd)/wd is the fixed point of θ ← (θ + lr)(1 − lr·wd)",
+            "time constant: steps to reach 1 − 1/e of the final offset, beside 1/(lr·wd); — where the spring diverges",
+            "regime: the spring recurrence is monotone for lr·wd < 1, oscillating below 2 and unstable from 2",
         ),
         figures=figures,
+        answer=answer,
     )
