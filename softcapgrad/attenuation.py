@@ -135,7 +135,7 @@ def identity_answer(check: IdentityCheck, rows: list[dict]) -> tuple[str, ...]:
     kept = ", ".join(f"{r['attenuation']:.3g} at a = {r['a_over_c']:g}c" for r in shown)
     inputs = ", ".join(f"{r['a']:g}" for r in shown)
     return (
-        f"dz/da = 1 − (z/c)² = sech²(a/c) is exact: torch autograd agrees with both closed forms to within "
+        f"The gradient dz/da = 1 − (z/c)² = sech²(a/c) is exact: torch autograd agrees with both closed forms to within "
         f"{check.max_abs_error:.2g} ({ulps:.2g} float64 ulps of 1.0) over {check.points:,} points on "
         f"[{check.lo:g}c, {check.hi:g}c], c = {check.cap:g}.",
         f"The cap passes on this fraction of the gradient: {kept} (a = {inputs}).",

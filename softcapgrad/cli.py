@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Callable, Iterator, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -28,6 +27,12 @@ from softcapgrad.report import Report, as_json, render_table
 PROG = "softcapgrad"
 
 
+def _kind(err: BaseException) -> set[str]:
+    """Class names along the error's MRO: the parser's errors are recognised by name, since typer may
+    bring its own copy of click's exception classes or use click's."""
+    return {c.__name__ for c in type(err).__mro__}
+
+
 class _OneLineErrors(TyperGroup):
     """Runs the app non-standalone and turns the parser's framed errors into one line on stderr.
 
@@ -38,27 +43,32 @@ class _OneLineErrors(TyperGroup):
         try:
             code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                                 standalone_mode=False, **extra)
-        except click.exceptions.NoArgsIsHelpError as err:
-            click.echo(err.ctx.get_help())
-            code = 0
-        except click.ClickException as err:
-            where = f"{err.ctx.command_path}: " if getattr(err, "ctx", None) is not None else ""
-            message = " ".join(err.format_message().split())
-            click.echo(f"{PROG}: error: {where}{message}", err=True)
-            code = err.exit_code
-        except click.exceptions.Abort:
-            click.echo(f"{PROG}: interrupted", err=True)
+        except (KeyboardInterrupt, typer.Abort):
+            typer.echo(f"{PROG}: interrupted", err=True)
             code = 130
-        except Exception as err:  # a bug of ours: one line, not a traceback (SOFTCAPGRAD_DEBUG=1 shows it)
-            if os.environ.get("SOFTCAPGRAD_DEBUG"):
-                raise
-            first = str(err).splitlines()[0] if str(err) else ""
-            click.echo(f"{PROG}: internal error: {type(err).__name__}: {first} (please report it; "
-                       "SOFTCAPGRAD_DEBUG=1 shows where)", err=True)
-            code = 3
+        except Exception as err:
+            code = self._report(err)
         if standalone_mode:
             sys.exit(code or 0)
         return code
+
+    @staticmethod
+    def _report(err: Exception) -> int:
+        kind = _kind(err)
+        if "NoArgsIsHelpError" in kind:
+            typer.echo(err.ctx.get_help())
+            return 0
+        if "ClickException" in kind:
+            ctx = getattr(err, "ctx", None)
+            where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
+            typer.echo(f"{PROG}: error: {where}{' '.join(err.format_message().split())}", err=True)
+            return err.exit_code
+        if os.environ.get("SOFTCAPGRAD_DEBUG"):  # a bug of ours: one line, not a traceback, unless asked
+            raise err
+        first = str(err).splitlines()[0] if str(err) else ""
+        typer.echo(f"{PROG}: internal error: {type(err).__name__}: {first} (please report it; "
+                   "SOFTCAPGRAD_DEBUG=1 shows where)", err=True)
+        return 3
 
 
 app = typer.Typer(
@@ -293,6 +303,10 @@ def horizon(
 
         caps = positives("--cap", cap or [30.0, 50.0])
         probes = [float(positive("--at", a)) for a in at] if at else None
+        largest = float(formats.finfo(formats.resolve(dtype)).max)
+        for a in probes or []:
+            if a > largest:
+                raise InputError(f"--at {a:g}: larger than the largest {formats.resolve(dtype).name} value {largest:g}")
         if path:
             from softcapgrad.paths import RECIPES, Sigmoid, paths_report
 

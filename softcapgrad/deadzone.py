@@ -288,8 +288,8 @@ def knee_answer(rows: list[dict], horizon_rows: list[dict]) -> tuple[str, ...]:
         lo = min(tanh_rows, key=lambda r: r["knee_exact"])
         hi = max(tanh_rows, key=lambda r: r["knee_exact"])
         return (
-            f"{tanh_rows[0]['fn']}(x) rounds to exactly 1.0 from x = {lo['knee_exact']:.4g} in {lo['dtype']} up to "
-            f"x = {hi['knee_exact']:.4g} in {hi['dtype']} across these {len(tanh_rows)} formats; past it the "
+            f"Across these {len(tanh_rows)} formats {tanh_rows[0]['fn']}(x) rounds to exactly 1.0 from x = "
+            f"{lo['knee_exact']:.4g} ({lo['dtype']}) up to x = {hi['knee_exact']:.4g} ({hi['dtype']}); past it the "
             "gradient 1 − y² read from the stored output is exactly 0.",
             "Each format's knee, its first value there and the pre-cap horizon per cap are in the tables below.",
         )
@@ -394,8 +394,9 @@ def horizon_answer(rows: list[dict], approach_rows: list[dict], dtype: np.dtype)
 
 def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | None, sweep: int, curve: bool = False) -> Report:
     rows, approach_rows, curve_rows = [], [], []
+    largest = float(formats.finfo(dtype).max)
     for c in caps:
-        h = horizon(c, dtype, probes if probes else [4.0 * c])
+        h = horizon(c, dtype, probes if probes else [a for a in (4.0 * c,) if a <= largest])
         rows.append(asdict(h))
         if h.first_zero_grad_input is not None and sweep > 0:
             approach_rows.extend(approach(c, dtype, h.first_zero_grad_input, sweep))

@@ -259,6 +259,11 @@ def flops(cfg: Config, heads: list[int], T: int) -> dict:
 # --- §5 stable versus naive softplus, in each format -----------------------------------------
 
 
+def _nan_as_text(value: float) -> float | str:
+    """The naive sigmoid's ∞/∞ is the finding itself: shown in words, so no table carries a bare not-a-number."""
+    return "∞/∞, undefined" if math.isnan(value) else value
+
+
 def overflow_point(dtype: np.dtype) -> dict:
     """The first value of the format where log1p(exp(x)), computed in the format, is inf."""
     tdtype = formats.torch_dtype(dtype)
@@ -280,7 +285,7 @@ def overflow_point(dtype: np.dtype) -> dict:
         "naive": float(softplus_naive(x)),
         "stable": float(softplus(x)),
         "torch_softplus": float(F.softplus(x)),
-        "naive_sigmoid_exp_ratio": float(torch.exp(x) / (1 + torch.exp(x))),
+        "naive_sigmoid_exp_ratio": _nan_as_text(float(torch.exp(x) / (1 + torch.exp(x)))),
         "sigmoid_two_branch": float(sigmoid_two_branch(x)),
         "sigmoid_two_branch_at_minus_x": float(sigmoid_two_branch(-x)),
     }
@@ -348,7 +353,7 @@ def gate_demo_report(sections: list[str], seed: int, shape: Shape, cfg: Config, 
                             wide=("gate_flops_per_token", "attention_flops_per_token")))
     if "stability" in sections:
         dts = [formats.resolve(n) for n in ("fp16", "bf16", "fp32", "fp64")]
-        tables.append(Table("stability", "where naive log1p(exp(x)) overflows, evaluated in each format (torch); naive eˣ/(1 + eˣ) there is ∞/∞ = NaN",
+        tables.append(Table("stability", "where naive log1p(exp(x)) overflows, evaluated in each format (torch); naive eˣ/(1 + eˣ) there is ∞/∞",
                             [overflow_point(d) for d in dts],
                             ("dtype", "last_finite_input", "first_overflow_input", "ln_overflow_threshold", "naive", "stable"),
                             wide=("ln_max", "torch_softplus", "naive_sigmoid_exp_ratio", "sigmoid_two_branch",

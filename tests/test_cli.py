@@ -104,3 +104,71 @@ def test_numpy_only_commands_do_not_import_torch():
     for cmd in ("ratchet", "knee"):
         proc = subprocess.run([sys.executable, "-c", code.format(cmd=cmd)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
+
+
+FAST_INVOCATIONS = [
+    ["identity", "--points", "2001"],
+    ["ratchet"],
+    ["knee", "--dtype", "bf16", "--cap", "30"],
+    ["knee", "--dtype", "all", "--cap", "30", "--cap", "50"],
+    ["horizon"],
+    ["dynamics"],
+    ["gate-demo", "--section", "cost", "--section", "competition"],
+    ["tether-demo", "--section", "clamp", "--section", "anchors"],
+]
+
+
+@pytest.mark.parametrize("argv", FAST_INVOCATIONS, ids=lambda a: " ".join(a))
+def test_every_command_leads_with_one_to_three_sentences(cli, argv):
+    code, data, _, _ = cli(*argv, "--json")
+    assert code == 0
+    assert 1 <= len(data["answer"]) <= 3
+    assert all(s.endswith(".") and s[0].isupper() for s in data["answer"])
+
+
+@pytest.mark.parametrize("width", [80, 100])
+@pytest.mark.parametrize("argv", FAST_INVOCATIONS, ids=lambda a: " ".join(a))
+def test_tables_fit_without_cutting_a_number(argv, width):
+    """Rich cuts an over-wide cell to '…'; at 100 columns no table may need to (80 for the first command)."""
+    if width == 80 and argv != ["knee", "--dtype", "bf16", "--cap", "30"]:
+        pytest.skip("80 columns is promised for the first command users type")
+    env = {**__import__("os").environ, "COLUMNS": str(width)}
+    proc = subprocess.run([sys.executable, "-m", "softcapgrad", *argv], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) <= width
+    answer_line = proc.stdout.splitlines()[0]
+    assert answer_line[0].isupper() and not answer_line.startswith(("┏", "┌"))
+
+
+@pytest.mark.parametrize("command, values", [
+    ("knee", ["bfloat16", "float8_e4m3fn", "exact", "numpy", "torch", "sigmoid"]),
+    ("gate-demo", ["competition", "backward", "laguna", "cost", "stability"]),
+    ("tether-demo", ["collapse", "wd", "clamp", "floor", "anchors"]),
+    ("dynamics", ["eager", "remedy"]),
+])
+def test_help_lists_the_accepted_values(cli, command, values):
+    code, _, out, _ = cli(command, "--help")
+    flat = " ".join(out.replace("│", " ").split())
+    assert code == 0 and all(v in flat for v in values)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["knee", "--dtype", "BF16", "--backend", "NumPy"], ("bfloat16", "numpy")),
+    (["knee", "--dtype", "torch.bfloat16", "--fn", "TANH"], ("bfloat16", "exact")),
+])
+def test_choices_ignore_case_and_module_prefixes(cli, argv, expected):
+    code, data, _, _ = cli(*argv, "--json")
+    assert code == 0 and (data["rows"][0]["dtype"], data["backends"][-1]["backend"]) == expected
+
+
+def test_a_near_miss_gets_a_suggestion(cli):
+    code, _, _, err = cli("knee", "--backend", "nump")
+    assert code == 2 and "did you mean 'numpy'?" in err
+
+
+def test_parser_errors_are_one_line_too(cli):
+    code, _, out, err = cli("dynamics", "--classes", "1.5")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == ["softcapgrad: error: dynamics: Invalid value for '--classes': "
+                                        "'1.5' is not a valid int."]

@@ -1,0 +1,203 @@
+"""Generated invocations of every subcommand: an answer, a changed verdict or one line of error, quickly.
+
+Each generated command line must end with exit code 0, 1 or 2; never a traceback; exactly one line
+on stderr when it exits 2; and within a time bound. Values are drawn from what users mistype:
+zero, negatives, NaN, infinities, numbers past a format's range or an integer type, words,
+unwritable paths, files of the wrong kind. ``SOFTCAPGRAD_FUZZ_EXAMPLES`` raises the count for a
+long local run; CI runs the default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from softcapgrad.cli import app
+
+EXAMPLES = int(os.environ.get("SOFTCAPGRAD_FUZZ_EXAMPLES", "12"))
+LIMIT_S = 60  # seconds per invocation on a 2-core machine; the defaults take a few
+
+NUMBERS = st.one_of(
+    st.sampled_from(["0", "-0", "-1", "1", "2", "0.5", "30", "50", "120", "1e-3", "nan", "-nan", "inf", "-inf",
+                     "1e308", "1e39", "1e-320", "1e999", "3.5", "abc", "", "1,5", "0x10"]),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+)
+INTEGERS = st.one_of(
+    st.sampled_from(["0", "-1", "1", "2", "7", "48", "1024", "2147483648", str(2**63), str(2**70), "1.5", "x", ""]),
+    st.integers(-(2**40), 2**40).map(str),
+)
+WORDS = st.sampled_from(["all", "ALL", "bf16", "BF16", "torch.bfloat16", "e4m3", "fp8_e4m3fn", "float4_e2m1fn", "fp64",
+                         "half", "fp7", "tanh", "Sigmoid", "exact", "numpy", "torch", "jax", "eager", "remedy",
+                         "competition", "cost", "wd", "anchors", "", "eager-bf16", "nonsense"])
+
+
+def _option(name: str, values) -> st.SearchStrategy[list[str]]:
+    return values.map(lambda v: [name, v])
+
+
+def _command(name: str, options: dict[str, st.SearchStrategy]) -> st.SearchStrategy[list[str]]:
+    chosen = st.lists(st.sampled_from(sorted(options)), max_size=4)
+    flags = st.lists(st.sampled_from(["--json", "--wide"]), max_size=2, unique=True)
+
+    def build(keys: list[str], extra: list[str], draw_values: list[list[str]]) -> list[str]:
+        return [name, *[part for pair in draw_values for part in pair], *extra]
+
+    return chosen.flatmap(
+        lambda keys: st.tuples(*[_option(k, options[k]) for k in keys]).flatmap(
+            lambda pairs: flags.map(lambda extra: build(keys, extra, list(pairs)))
+        )
+    )
+
+
+COMMANDS = {
+    "identity": {"--cap": NUMBERS, "--points": INTEGERS, "--at": NUMBERS},
+    "ratchet": {"--cap": NUMBERS, "--level": NUMBERS},
+    "knee": {"--cap": NUMBERS, "--dtype": WORDS, "--backend": WORDS, "--fn": WORDS},
+    "horizon": {"--cap": NUMBERS, "--dtype": WORDS, "--at": NUMBERS, "--sweep": INTEGERS},
+    "dynamics": {"--a0": NUMBERS, "--cap": NUMBERS, "--lr": NUMBERS, "--threshold": NUMBERS, "--classes": INTEGERS,
+                 "--correct": NUMBERS, "--max-steps": INTEGERS, "--dtype": WORDS, "--backward": WORDS},
+    "gate-demo": {"--section": st.sampled_from(["cost", "stability", "competition", "COST", "nope"]),
+                  "--seed": INTEGERS, "--tokens": INTEGERS, "--heads": INTEGERS, "--model-dim": INTEGERS,
+                  "--kv-heads": INTEGERS, "--head-dim": INTEGERS},
+    "tether-demo": {"--section": st.sampled_from(["clamp", "floor", "anchors", "Floor", "nope"]), "--seed": INTEGERS},
+}
+
+
+class _TookTooLong(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: int):
+    def stop(signum, frame):
+        raise _TookTooLong(f"over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def check_invocation(runner, argv: list[str]) -> None:
+    with _time_limit(LIMIT_S):
+        result = runner.invoke(app, argv)
+    assert not isinstance(result.exception, _TookTooLong), f"{argv} ran over {LIMIT_S} s"
+    assert result.exit_code in (0, 1, 2), (argv, result.exit_code, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, argv
+    if result.exit_code == 2:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("softcapgrad: error:"), (argv, result.stderr)
+        assert result.stdout == "", argv
+    elif "--json" in argv:
+        assert not list(_nans(json.loads(result.stdout))), (argv, list(_nans(json.loads(result.stdout))))
+
+
+def _nans(value, where="$"):
+    """Paths in a JSON document that hold a NaN (as the renderer writes it, the string "nan")."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _nans(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _nans(v, f"{where}[{i}]")
+    elif value == "nan" or (isinstance(value, float) and value != value):
+        yield where
+
+
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_generated_invocations(command, runner):
+    @FUZZ
+    @given(_command(command, COMMANDS[command]))
+    def run(argv):
+        check_invocation(runner, argv)
+
+    run()
+
+
+@FUZZ
+@given(st.sampled_from(sorted(COMMANDS)), st.sampled_from(["--nope", "--cap=", "--json=1", "extra-arg", "--dtype"]))
+def test_parser_errors_are_one_line(runner, command, bad):
+    check_invocation(runner, [command, bad])
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from typer.testing import CliRunner
+
+    return CliRunner()
+
+
+@pytest.fixture(scope="module")
+def odd_files(tmp_path_factory):
+    """Files a user might hand to scan by mistake, or that stress its reader."""
+    import ml_dtypes
+    import torch
+
+    d = tmp_path_factory.mktemp("odd")
+    rng = np.random.default_rng(0)
+    files = {}
+
+    def put(name, array):
+        np.save(d / name, array)
+        files[name] = d / name
+
+    put("plain.npy", (rng.standard_normal(1000) * 80).astype(np.float32))
+    put("inf.npy", np.array([np.inf, -np.inf, 1.0, 200.0], dtype=np.float32))
+    put("empty.npy", np.zeros(0, dtype=np.float32))
+    put("allnan.npy", np.full(10, np.nan, dtype=np.float32))
+    put("bf16.npy", (rng.standard_normal(100) * 80).astype(ml_dtypes.bfloat16))
+    put("fp8.npy", (rng.standard_normal(100) * 8).astype(ml_dtypes.float8_e4m3fn))
+    put("bigendian.npy", (rng.standard_normal(100) * 80).astype(">f4"))
+    put("longdouble.npy", (rng.standard_normal(100) * 80).astype(np.longdouble))
+    put("ints.npy", np.arange(10))
+    put("complex.npy", np.ones(4, dtype=np.complex64))
+    torch.save({"s": torch.eye(3).to_sparse()}, d / "sparse.pt")
+    files["sparse.pt"] = d / "sparse.pt"
+    torch.save({f"t{i}": torch.full((2,), float(i)) for i in range(2000)}, d / "many.pt")
+    files["many.pt"] = d / "many.pt"
+    (d / "notes.txt").write_text("hello")
+    files["notes.txt"] = d / "notes.txt"
+    (d / "broken.npy").write_bytes(b"\x93NUMPY garbage")
+    files["broken.npy"] = d / "broken.npy"
+    files["folder"] = d
+    files["missing.npy"] = d / "missing.npy"
+    return files
+
+
+@FUZZ
+@given(name=st.sampled_from(["plain.npy", "inf.npy", "empty.npy", "allnan.npy", "bf16.npy", "fp8.npy", "bigendian.npy",
+                             "longdouble.npy", "ints.npy", "complex.npy", "sparse.pt", "many.pt", "notes.txt",
+                             "broken.npy", "folder", "missing.npy"]),
+       cap=NUMBERS, json=st.booleans())
+def test_scan_of_odd_files(runner, odd_files, name, cap, json):
+    check_invocation(runner, ["scan", str(odd_files[name]), "--cap", cap, *(["--json"] if json else [])])
+
+
+@pytest.mark.parametrize("argv", [
+    ["identity", "--points", "20000", "--plot", "a-file/x.png"],
+    ["identity", "--points", "20000", "--plot", "figure.jpg"],
+    ["identity", "--points", "20000", "--plot", "."],
+    ["reproduce", "--out", "a-file/results", "--only", "^attenuation"],
+    ["reproduce", "--out", "a-file", "--only", "^attenuation"],
+    ["reproduce", "--only", "(", "--out", "unused"],
+])
+def test_unwritable_outputs_fail_before_computing(runner, argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("not a folder")
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"], "nothing was written"
