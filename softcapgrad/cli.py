@@ -99,6 +99,24 @@ def sections_option(names: tuple[str, ...]):
     return Annotated[Optional[list[str]], typer.Option("--section", help=f"{one_of(names)}, or all (repeatable; default all).")]
 
 
+def not_with(given: dict[str, object], why: str) -> None:
+    """Options the user gave that this run would not use are an error, not silently ignored."""
+    used = [name for name, value in given.items() if value not in (None, [], ())]
+    if used:
+        raise InputError(f"{', '.join(used)} {'does' if len(used) == 1 else 'do'} not apply {why}")
+
+
+def seed_in_range(seed: int | None) -> int:
+    """torch and numpy generators take seeds in [0, 2^63)."""
+    return bounded("--seed", 0 if seed is None else seed, 0, 2**63 - 1)
+
+
+def bounded(option: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise InputError(f"{option} {value}: must lie in {low:,}..{high:,}")
+    return value
+
+
 def pick(option: str, given: list[str] | None, allowed, default: list[str] | None = None) -> list[str]:
     """Repeatable choices, case-insensitive: 'all' means all of them; none given means ``default``; duplicates drop."""
     if not given:
@@ -274,6 +292,8 @@ def knee(
         caps = positives("--cap", cap or [])
         backends = pick("--backend", backend, KNEE_BACKENDS, ["exact"])
         fns = pick("--fn", fn, KNEE_FUNCTIONS, ["tanh"])
+        if "tanh" not in fns:
+            not_with({"--cap": caps}, "to the sigmoid alone: its pre-cap horizon depends on its scale (see horizon --path)")
         return knee_report(dtypes, caps, backends, fns)
 
     emit(build, json_out, wide, plot, "knee")
@@ -282,15 +302,15 @@ def knee(
 @app.command()
 def horizon(
     cap: Caps = None,
-    dtype: Annotated[str, typer.Option(help="Float format of the scores and the cap: bf16, fp16, fp32 or fp64.")] = "bf16",
+    dtype: Annotated[Optional[str], typer.Option(help="Float format of the scores and the cap: bf16 (default), fp16, fp32 or fp64.")] = None,
     at: Annotated[Optional[list[float]], typer.Option("--at", help="Probe inputs a (default 4c per cap).")] = None,
-    sweep: Annotated[int, typer.Option(help="How many inputs before the first zero gradient to show (0 to 1000).")] = 6,
+    sweep: Annotated[Optional[int], typer.Option(help="How many inputs before the first zero gradient to show (0 to 1000; default 6).")] = None,
     path: Annotated[
         Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all'); replaces --dtype.")
     ] = None,
     sigmoid_max: Annotated[Optional[float], typer.Option(help="Sigmoid cap m in m·σ((l + b)/s) (default 2c).")] = None,
     sigmoid_scale: Annotated[Optional[float], typer.Option(help="Sigmoid cap s (default c/2).")] = None,
-    sigmoid_shift: Annotated[float, typer.Option(help="Sigmoid cap b.")] = 0.0,
+    sigmoid_shift: Annotated[Optional[float], typer.Option(help="Sigmoid cap b (default 0).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -303,28 +323,31 @@ def horizon(
 
         caps = positives("--cap", cap or [30.0, 50.0])
         probes = [float(positive("--at", a)) for a in at] if at else None
-        largest = float(formats.finfo(formats.resolve(dtype)).max)
-        for a in probes or []:
-            if a > largest:
-                raise InputError(f"--at {a:g}: larger than the largest {formats.resolve(dtype).name} value {largest:g}")
         if path:
             from softcapgrad.paths import RECIPES, Sigmoid, paths_report
 
-            if plot is not None:
-                raise InputError("--plot draws the single-format horizon; drop --path")
+            not_with({"--dtype": dtype, "--sweep": sweep, "--plot": plot},
+                     "with --path: each path has its own scores format, and the figure draws one format")
             names = pick("--path", path, RECIPES)
             sig = Sigmoid(
                 m=None if sigmoid_max is None else positive("--sigmoid-max", sigmoid_max),
                 s=None if sigmoid_scale is None else positive("--sigmoid-scale", sigmoid_scale),
-                b=finite("--sigmoid-shift", sigmoid_shift),
+                b=finite("--sigmoid-shift", sigmoid_shift or 0.0),
             )
             return paths_report(names, caps, probes, sig)
-        fmt = formats.resolve(dtype)
+        not_with({"--sigmoid-max": sigmoid_max, "--sigmoid-scale": sigmoid_scale, "--sigmoid-shift": sigmoid_shift},
+                 "without a sigmoid --path")
+        fmt = formats.resolve(dtype or "bf16")
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
-        if not 0 <= sweep <= 1000:
+        largest = float(formats.finfo(fmt).max)
+        for a in probes or []:
+            if a > largest:
+                raise InputError(f"--at {a:g}: larger than the largest {fmt.name} value {largest:g}")
+        shown = 6 if sweep is None else sweep
+        if not 0 <= shown <= 1000:
             raise InputError(f"--sweep {sweep}: must lie in 0..1000")
-        return horizon_report(caps, fmt, probes, sweep, curve=plot is not None)
+        return horizon_report(caps, fmt, probes, shown, curve=plot is not None)
 
     emit(build, json_out, wide, plot, "horizon")
 
@@ -386,14 +409,14 @@ def dynamics(
 @app.command("gate-demo")
 def gate_demo(
     section: sections_option(GATE_SECTIONS) = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs (0 to 2^63 − 1).")] = 0,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the random inputs of backward and laguna (0 to 2^63 − 1; default 0).")] = None,
     tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="Prefill lengths T for the cost table (repeatable).")] = None,
     heads: Annotated[
         Optional[list[int]], typer.Option("--heads", help="Query heads of each layer (repeatable, one per layer; default 48).")
     ] = None,
-    model_dim: Annotated[int, typer.Option("--model-dim", help="Model width D.")] = 3072,
-    kv_heads: Annotated[int, typer.Option("--kv-heads", help="Key/value heads H_kv.")] = 8,
-    head_dim: Annotated[int, typer.Option("--head-dim", help="Channels per head d_h.")] = 128,
+    model_dim: Annotated[Optional[int], typer.Option("--model-dim", help="Model width D (default 3072).")] = None,
+    kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", help="Key/value heads H_kv (default 8).")] = None,
+    head_dim: Annotated[Optional[int], typer.Option("--head-dim", help="Channels per head d_h (default 128).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -406,13 +429,17 @@ def gate_demo(
         sections = pick("--section", section, GATE_SECTIONS)
         if plot is not None and "competition" not in sections:
             raise InputError("--plot draws the competition section; add --section competition")
-        seed_ok = at_least("--seed", seed, 0)
-        if seed_ok >= 2**63:
-            raise InputError(f"--seed {seed}: must be below 2^63")
-        layer_heads = [at_least("--heads", h, 1) for h in heads or [48]]
-        lengths = [at_least("--tokens", t, 1) for t in tokens or [1024, 8192, 131072]]
-        cfg = Config(D=at_least("--model-dim", model_dim, 1), H_kv=at_least("--kv-heads", kv_heads, 1),
-                     d_h=at_least("--head-dim", head_dim, 1))
+        if "cost" not in sections:
+            not_with({"--tokens": tokens, "--heads": heads, "--model-dim": model_dim, "--kv-heads": kv_heads,
+                      "--head-dim": head_dim}, "without --section cost")
+        if not {"backward", "laguna"} & set(sections):
+            not_with({"--seed": seed}, "without --section backward or laguna")
+        seed_ok = seed_in_range(seed)
+        layer_heads = [bounded("--heads", h, 1, 2**20) for h in heads or [48]]
+        lengths = [bounded("--tokens", t, 1, 2**40) for t in tokens or [1024, 8192, 131072]]
+        cfg = Config(D=bounded("--model-dim", 3072 if model_dim is None else model_dim, 1, 2**24),
+                     H_kv=bounded("--kv-heads", 8 if kv_heads is None else kv_heads, 1, 2**20),
+                     d_h=bounded("--head-dim", 128 if head_dim is None else head_dim, 1, 2**20))
         return gate_demo_report(sections, seed_ok, Shape(), cfg, layer_heads, lengths)
 
     emit(build, json_out, wide, plot, "gate-demo")
@@ -421,7 +448,7 @@ def gate_demo(
 @app.command("tether-demo")
 def tether_demo(
     section: sections_option(TETHER_SECTIONS) = None,
-    seed: Annotated[int, typer.Option(help="Seed of the toy signal (0 to 2^63 − 1).")] = 0,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the collapse section's toy signal (0 to 2^63 − 1; default 0).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -434,10 +461,9 @@ def tether_demo(
         sections = pick("--section", section, TETHER_SECTIONS)
         if plot is not None and not {"collapse", "wd"} <= set(sections):
             raise InputError("--plot draws the collapse and wd sections; include both")
-        seed_ok = at_least("--seed", seed, 0)
-        if seed_ok >= 2**63:
-            raise InputError(f"--seed {seed}: must be below 2^63")
-        return tether_demo_report(sections, seed_ok, curve=plot is not None)
+        if "collapse" not in sections:
+            not_with({"--seed": seed}, "without --section collapse")
+        return tether_demo_report(sections, seed_in_range(seed), curve=plot is not None)
 
     emit(build, json_out, wide, plot, "tether-demo")
 
@@ -446,7 +472,7 @@ def tether_demo(
 def scan(
     file: Annotated[Path, typer.Argument(help="A .pt, .npy or .safetensors file of pre-cap values.")],
     cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
-    dtype: Annotated[str, typer.Option(help="Training format; picks the eager path (bf16 or fp16) when --path is absent.")] = "bf16",
+    dtype: Annotated[Optional[str], typer.Option(help="Training format, bf16 (default) or fp16: picks the eager path when --path is absent.")] = None,
     path: Annotated[Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all').")] = None,
     key: Annotated[Optional[list[str]], typer.Option("--key", help="Only these tensors (repeatable).")] = None,
     json_out: Json = False,
@@ -461,9 +487,10 @@ def scan(
 
         c = positive("--cap", cap)
         if path:
+            not_with({"--dtype": dtype}, "with --path: each path has its own scores format")
             names = pick("--path", path, RECIPES)
         else:
-            fmt = formats.resolve(dtype).name
+            fmt = formats.resolve(dtype or "bf16").name
             eager = {"bfloat16": "eager-bf16", "float16": "eager-fp16"}.get(fmt)
             if eager is None:
                 raise InputError(f"--dtype {dtype}: give --path for formats other than bf16 and fp16")
@@ -477,7 +504,7 @@ def scan(
 def reproduce(
     out: Annotated[Path, typer.Option(help="Folder for claims.json, claims.md and figures/.")] = Path("results"),
     only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids: recompute only those.")] = None,
-    figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Also write figures/ (needs the 'plot' extra).")] = True,
+    figures: Annotated[Optional[bool], typer.Option("--figures/--no-figures", help="Also write figures/ (default yes; needs the 'plot' extra).")] = None,
     force: Annotated[bool, typer.Option("--force", help="With --only: write the partial ledger over the full one.")] = False,
     json_out: Json = False,
     wide: Wide = False,
@@ -487,7 +514,11 @@ def reproduce(
     def build() -> Report:
         from softcapgrad.claims import reproduce_run
 
-        return reproduce_run(out, only, figures, force)
+        if only is None:
+            not_with({"--force": force or None}, "without --only: a full run always writes the ledger")
+        else:
+            not_with({"--figures": figures or None}, "with --only: figures are drawn from the full ledger's runs")
+        return reproduce_run(out, only, figures is not False, force)
 
     emit(build, json_out, wide, command="reproduce")
 

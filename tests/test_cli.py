@@ -172,3 +172,18 @@ def test_parser_errors_are_one_line_too(cli):
     assert code == 2 and out == ""
     assert err.strip().splitlines() == ["softcapgrad: error: dynamics: Invalid value for '--classes': "
                                         "'1.5' is not a valid int."]
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["horizon", "--path", "eager-bf16", "--dtype", "fp16"], "--dtype"),
+    (["horizon", "--sigmoid-scale", "3"], "--sigmoid-scale"),
+    (["gate-demo", "--section", "competition", "--heads", "8"], "--heads"),
+    (["gate-demo", "--section", "cost", "--seed", "3"], "--seed"),
+    (["tether-demo", "--section", "floor", "--seed", "3"], "--seed"),
+    (["knee", "--fn", "sigmoid", "--cap", "30"], "--cap"),
+    (["reproduce", "--force"], "--force"),
+    (["reproduce", "--only", "knee", "--figures"], "--figures"),
+])
+def test_options_a_run_would_ignore_are_refused(cli, argv, option):
+    code, _, _, err = cli(*argv)
+    assert code == 2 and f"{option} does not apply" in err
