@@ -187,3 +187,36 @@ def test_parser_errors_are_one_line_too(cli):
 def test_options_a_run_would_ignore_are_refused(cli, argv, option):
     code, _, _, err = cli(*argv)
     assert code == 2 and f"{option} does not apply" in err
+
+
+def test_an_interrupt_is_one_line_and_leaves_no_file(cli, tmp_path, monkeypatch):
+    from softcapgrad import attenuation
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attenuation, "identity_report", interrupted)
+    target = tmp_path / "figure.png"
+    code, _, out, err = cli("identity", "--plot", str(target))
+    assert code == 130 and out == "" and err.strip().splitlines() == [
+        "softcapgrad: interrupted; no file was written or changed"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_reports_only_through_an_installed_reporter():
+    from contextlib import contextmanager
+
+    from softcapgrad import progress
+
+    seen = []
+    with progress.task("quiet", 3) as advance:  # nothing installed: a no-op
+        advance(1)
+
+    @contextmanager
+    def reporter(description, total):
+        seen.append((description, total))
+        yield lambda n=1.0: seen.append(n)
+
+    with progress.reporting(reporter), progress.task("scanning", 10) as advance:
+        advance(4)
+    assert seen == [("scanning", 10), 4]
