@@ -147,9 +147,36 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _model_rows(device: str) -> list[Row]:
+    """transformers' Gemma 2 on ``device``, eager and compiled: its final-logit cap and attention-score cap."""
+    import numpy as np
+    import torch
+
+    from softcapgrad import gemma2
+    from softcapgrad.formats import positive_values, resolve
+
+    values = positive_values(resolve("bf16"))
+    model = gemma2.tiny_model(final_cap=CAPS[0], attn_cap=CAPS[1], device=device)
+    rows = []
+    for path, compile_ in (("torch-eager-cuda", False), ("torch-compile-cuda", True)):
+        final = torch.compile(model) if compile_ else None
+        attention = torch.compile(model.model.layers[0].self_attn) if compile_ else None
+        for site, c, (_, grad) in (("Gemma 2 final logits", CAPS[0], gemma2.final_cap(model, values, final)),
+                                   ("Gemma 2 eager attention", CAPS[1],
+                                    gemma2.attention_cap(model, values, attention))):
+            zero = grad == 0.0
+            i = int(np.argmax(zero))
+            misses = np.flatnonzero(~zero[i:])
+            value = float(values[i].astype(np.float64)) if zero.any() else None
+            last = float(values[i + misses[-1]].astype(np.float64)) if zero.any() and misses.size else None
+            rows.append(Row(path, QUANTITIES[0], "bfloat16", c, value, None if value is None else last is None, last,
+                            site, "transformers' Gemma 2 in bf16, its own capping code"))
+    return rows
+
+
 def measure() -> Recording:
     """Every CUDA stack measured live on this machine's GPU: first zero-gradient inputs at c = 30 and 50 for each
-    scores format it takes, and its fp32 knee."""
+    scores format it takes, its fp32 knee, and transformers' Gemma 2 when installed."""
     import datetime
 
     import torch
@@ -173,6 +200,10 @@ def measure() -> Recording:
         if stack.has_knee:
             r = stacks.knee(stack.name, "float32")
             rows.append(Row(stack.name, QUANTITIES[1], "float32", None, r.value, r.monotone, r.last_unsaturated))
+    try:
+        rows += _model_rows("cuda")
+    except ImportError:
+        skipped.append("transformers' Gemma 2 (transformers is not installed)")
     device = torch.cuda.get_device_name()
     today = datetime.date.today().isoformat()
     provenance = f"measured on one {device} on {today} by softcapgrad stacks --record"
