@@ -355,7 +355,8 @@ def stacks_sentence(backend_rows: list[dict]) -> tuple[str, ...]:
 
 def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], fns: list[str]) -> Report:
     rows, backend_rows, horizon_rows = [], [], []
-    real = any(b not in BACKENDS for b in backends)  # real stacks: where the run of 1.0s starts, and the source
+    real = any(b not in BACKENDS for b in backends)  # real stacks: where the run of 1.0s starts (monotone when it is
+    # where the first 1.0 is), and the source
     for dtype in dtypes:
         for fn in fns:
             row, search = knee(dtype, caps, fn)
@@ -390,9 +391,10 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
                 "backends",
                 "first input whose f a backend returns as 1.0 (searched over the format's own values)",
                 backend_rows,
-                ("dtype", *(("fn",) if len(fns) > 1 else ()), "backend", "first_saturating_input",
-                 *(("saturated_run_start", "monotone", "source") if real else ("monotone", "reason"))),
-                wide=("last_unsaturated_input", "method", "supported", *(("reason",) if real else ())),
+                (*(("dtype",) if len(dtypes) > 1 or not real else ()), *(("fn",) if len(fns) > 1 else ()), "backend",
+                 "first_saturating_input",
+                 *(("saturated_run_start", "source") if real else ("monotone", "reason"))),
+                wide=("last_unsaturated_input", "method", "supported", *(("monotone", "reason") if real else ())),
             ),
         ),
         notes=(

@@ -217,7 +217,10 @@ def _rich_table(table: Table, wide: bool):
         numeric = any(_is_number(v) for v in cells) and all(v is None or _is_number(v) for v in cells)
         widest = max(len(line) for t in text[c] for line in (t.splitlines() or [""]))
         word = max(len(w) for w in label(c).split())
-        out.add_column(label(c), justify="right" if numeric else "left", min_width=max(widest, word))
+        # only a header longer than every cell can give width back; marking the others no_wrap keeps rich's
+        # narrowing on those headers (it would otherwise narrow a column that min_width then widens again)
+        out.add_column(label(c), justify="right" if numeric else "left", min_width=max(widest, word),
+                       no_wrap=len(label(c)) <= widest)
     for i in range(len(table.rows)):
         out.add_row(*(text[c][i] for c in columns))
     return out

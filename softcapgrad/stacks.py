@@ -188,14 +188,24 @@ def _where(stack: Stack) -> str:
     return "measured on this CPU"
 
 
+def _simd(stack: Stack) -> int | None:
+    """Inductor's C++ vector width for the stack: the CPU's own for vector code, 1 for scalar code, else None."""
+    if stack.engine == "torch-compile-scalar":
+        return 1
+    if stack.engine == "torch-compile" and stack.device == "cpu":
+        from softcapgrad.backends import vector_simdlen
+
+        return vector_simdlen()
+    return None
+
+
 def gradient(stack: Stack, values: np.ndarray, dtype: np.dtype, c: float, sigmoid: Sigmoid = Sigmoid()) -> np.ndarray:
     """d/da of the stack's cap over ``values`` of ``dtype``, live (the stack must run here)."""
     from softcapgrad import backends
 
     dev, engine = stack.device, stack.engine
     if engine in ("torch-eager", "torch-compile", "torch-compile-scalar"):
-        simd = {"torch-compile": backends.vector_simdlen() if dev == "cpu" else None, "torch-compile-scalar": 1}.get(engine)
-        return backends.torch_gradient(values, dtype, c, stack.fn, compiled=engine != "torch-eager", simd=simd,
+        return backends.torch_gradient(values, dtype, c, stack.fn, compiled=engine != "torch-eager", simd=_simd(stack),
                                        upcast=stack.upcast, sigmoid=sigmoid.resolved(c), device=dev)
     if engine in ("jax-jit", "jax-eager"):
         return backends.jax_gradient(values, dtype, c, jit=engine == "jax-jit", upcast=stack.upcast,
@@ -214,9 +224,7 @@ def saturates(stack: Stack, values: np.ndarray, dtype: np.dtype, fn: str = "tanh
                                       device="gpu" if stack.device == "cuda" else "cpu")
     if stack.engine == "tanh-approx":
         return backends.tanh_approx(values, dtype, 1.0, "tanh") == 1.0
-    simd = {"torch-compile": backends.vector_simdlen() if stack.device == "cpu" else None,
-            "torch-compile-scalar": 1}.get(stack.engine)
-    return backends.torch_saturates(values, dtype, fn, compiled=stack.engine != "torch-eager", simd=simd,
+    return backends.torch_saturates(values, dtype, fn, compiled=stack.engine != "torch-eager", simd=_simd(stack),
                                     device=stack.device)
 
 
