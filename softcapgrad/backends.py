@@ -272,7 +272,7 @@ def _tanh_approx_kernel():
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         inside = i < n
         x = tl.load(x_ptr + i, mask=inside, other=0.0).to(tl.float32)
-        t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x * inv_c],
+        t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x * inv_c],
                                       dtype=tl.float32, is_pure=True, pack=1)
         tl.store(t_ptr + i, t, mask=inside)
         tl.store(g_ptr + i, 1.0 - t * t, mask=inside)

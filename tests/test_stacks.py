@@ -244,3 +244,13 @@ def test_knee_backends_include_the_stacks(cli):
         assert rows["tanh-approx-cuda"]["first_saturating_input"] == REC.find(
             "tanh-approx-cuda", "first_saturating_input", "float32", None).value
         assert "not monotone: jax-jit-cuda" in data["answer"][-1]
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA device: records every CUDA stack live")
+def test_a_new_recording_on_cuda_covers_every_cuda_stack(tmp_path):
+    rec = recorded.measure()
+    measured = {(r.path, r.scores) for r in rec.rows if r.site == recorded.FORMULA and r.cap is not None}
+    for stack in stacks.STACKS.values():
+        if stack.device == "cuda" and not stacks.runs_here(stack):
+            assert {(stack.name, f) for f in stack.formats} <= measured
+    assert recorded.parse(recorded.dumps(rec), "new") == rec
