@@ -97,7 +97,20 @@ def remedy() -> list[tuple[str, float, str]]:
     ]
 
 
-SECTIONS: list[Callable[[], list[tuple[str, float, str]]]] = [cold_starts, reproduce, dynamics, tether_step, remedy]
+def stacks() -> list[tuple[str, float, str]]:
+    """horizon --path in a fresh process: torch.compile's graphs come from inductor's on-disk cache once warm."""
+    one = [PY, "-m", "softcapgrad", "horizon", "--cap", "30", "--scores", "bf16", "--path"]
+    eager = wall([*one, "torch-eager-cpu"], repeat=3)
+    compiled = wall([*one, "torch-compile-cpu"], repeat=3)
+    every = wall([PY, "-m", "softcapgrad", "horizon", "--path", "all", "--cap", "30", "--cap", "50"], repeat=1)
+    return [
+        ("horizon --path torch-eager-cpu, bf16, c = 30 (every bf16 value)", eager, ""),
+        ("horizon --path torch-compile-cpu, bf16, c = 30 (compile, warm cache)", compiled, f"{compiled / eager:.1f}x eager"),
+        ("horizon --path all, c = 30 and 50, bf16 and fp32 (one run)", every, ""),
+    ]
+
+
+SECTIONS: list[Callable[[], list[tuple[str, float, str]]]] = [cold_starts, reproduce, dynamics, tether_step, remedy, stacks]
 
 
 def main() -> None:

@@ -125,19 +125,49 @@ def _horizon(c: float, name: str = "bf16"):
     return horizon(c, formats.resolve(name), [4.0 * c])
 
 
+# the real stacks whose fp32 tanh is their own (stacks.py): live where they run here, else recorded
+_FP32_STACKS = ("torch-compile-cpu", "torch-compile-cpu-scalar", "jax-jit-cpu",
+                "torch-eager-cuda", "torch-compile-cuda", "tanh-approx-cuda", "jax-jit-cuda")
+
+
+@cache
+def _fp32_stack_knees() -> dict:
+    from softcapgrad.stacks import knee
+
+    return {path: knee(path, "float32") for path in _FP32_STACKS}
+
+
 def _fp32_searches() -> dict[str, float]:
-    return {b: _backend_first_saturating("fp32", b) for b in ("exact", "numpy", "torch")}
+    found = {b: _backend_first_saturating("fp32", b) for b in ("exact", "numpy", "torch")}
+    found.update({p: r.value for p, r in _fp32_stack_knees().items() if r.value is not None})
+    return found
 
 
 def _fp32_search_nearest(stated: float) -> float:
-    """Of every fp32 direct search we run (exact rounding, numpy, torch), the one nearest the claim."""
+    """Of every fp32 direct search (exact rounding, numpy, torch eager, the real stacks), the one nearest the claim."""
     return min(_fp32_searches().values(), key=lambda x: abs(x - stated))
 
 
 def _why_fp32_search() -> str:
-    found = ", ".join(f"{x:.6g} ({b})" for b, x in _fp32_searches().items())
-    return (f"first fp32 input whose tanh is stored as 1.0: {found}; the stated figure repeats the "
-            "formula's criterion (half the spacing above 1.0), not fp32 arithmetic")
+    import numpy as np
+
+    plain = ", ".join(f"{_backend_first_saturating('fp32', b):.6g} ({b})" for b in ("exact", "numpy", "torch"))
+    knees = _fp32_stack_knees()
+    by_source: dict[str, list[str]] = {}
+    for path, r in knees.items():
+        if r.value is not None:
+            odd = ", not monotone" if r.monotone is False else ""
+            by_source.setdefault(r.source, []).append(f"{r.value:.6g} ({path}{odd})")
+    stacks = "; ".join(f"{source}: {', '.join(items)}" for source, items in by_source.items())
+    stated = printed_value("8.665")
+    path, value = min(((p, r.value) for p, r in knees.items() if r.value is not None), key=lambda pv: abs(pv[1] - stated))
+    formula = _knee_doc("fp32")
+    past_formula = float(np.nextafter(np.float32(formula), np.float32(np.inf)))
+    where = ("the first fp32 value past" if value == past_formula else "against")
+    return (f"first fp32 input whose tanh is stored as 1.0: {plain}; on the real stacks, {stacks}. None saturates at "
+            f"the stated figure; the nearest, {path}, saturates at {value:.6g}, {where} the formula's (ln2/2)(p+2) = "
+            f"{formula:.6g}: the stated figure repeats the formula's criterion (half the spacing above 1.0), not fp32 "
+            "arithmetic")
 
 
 def _why_formula_bf16() -> str:

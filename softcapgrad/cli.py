@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 from softcapgrad import __version__
 from softcapgrad.checks import InputError, at_least, choice, finite, increasing_range, positive, positives, within
 from softcapgrad.formats import FORMAT_NAMES
-from softcapgrad.names import DYNAMICS_BACKWARDS, GATE_SECTIONS, KNEE_FUNCTIONS, TETHER_SECTIONS
+from softcapgrad.names import DYNAMICS_BACKWARDS, GATE_SECTIONS, KNEE_FUNCTIONS, KNEE_STACKS, STACK_PATHS, TETHER_SECTIONS
 from softcapgrad.report import Report, as_json, render_table
 
 PROG = "softcapgrad"
@@ -266,7 +266,7 @@ def ratchet(
     emit(build, json_out, wide, plot, "ratchet")
 
 
-KNEE_BACKENDS = ("exact", "numpy", "torch")
+KNEE_BACKENDS = ("exact", "numpy", "torch", *KNEE_STACKS)
 
 
 @app.command()
@@ -275,7 +275,8 @@ def knee(
     cap: Caps = None,
     backend: Annotated[
         Optional[list[str]],
-        typer.Option("--backend", help=f"{one_of(KNEE_BACKENDS)}, or all (repeatable; torch is imported only when asked)."),
+        typer.Option("--backend", help=f"{one_of(KNEE_BACKENDS)}, or all (repeatable; torch is imported only when "
+                                       "asked). The stacks are measured live where they run, else recorded."),
     ] = None,
     fn: Annotated[Optional[list[str]], typer.Option("--fn", help=f"{one_of(KNEE_FUNCTIONS)} (repeatable; default tanh).")] = None,
     json_out: Json = False,
@@ -306,7 +307,15 @@ def horizon(
     at: Annotated[Optional[list[float]], typer.Option("--at", help="Probe inputs a (default 4c per cap).")] = None,
     sweep: Annotated[Optional[int], typer.Option(help="How many inputs before the first zero gradient to show (0 to 1000; default 6).")] = None,
     path: Annotated[
-        Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all'); replaces --dtype.")
+        Optional[list[str]],
+        typer.Option("--path", help=f"A real stack (repeatable, or all; replaces --dtype): {one_of(STACK_PATHS)}. "
+                                    "The old recipe names eager-bf16, eager-fp16, fp32-upcast, sigmoid-bf16 and "
+                                    "remedy name the stack and scores format they ran."),
+    ] = None,
+    scores: Annotated[
+        Optional[list[str]],
+        typer.Option("--scores", help="With --path: the scores formats (repeatable; default bf16 and fp32; each "
+                                      "stack shows those it applies to)."),
     ] = None,
     sigmoid_max: Annotated[Optional[float], typer.Option(help="Sigmoid cap m in m·σ((l + b)/s) (default 2c).")] = None,
     sigmoid_scale: Annotated[Optional[float], typer.Option(help="Sigmoid cap s (default c/2).")] = None,
@@ -324,19 +333,24 @@ def horizon(
         caps = positives("--cap", cap or [30.0, 50.0])
         probes = [float(positive("--at", a)) for a in at] if at else None
         if path:
-            from softcapgrad.paths import RECIPES, Sigmoid, paths_report
+            from softcapgrad.stack_reports import horizon_paths_report
+            from softcapgrad.stacks import STACKS, Sigmoid, resolve_path
 
-            not_with({"--dtype": dtype, "--sweep": sweep, "--plot": plot},
-                     "with --path: each path has its own scores format, and the figure draws one format")
-            names = pick("--path", path, RECIPES)
+            not_with({"--dtype": dtype, "--sweep": sweep, "--plot": plot, "--at": at},
+                     "with --path: each row is a stack's first zero-gradient input in its scores formats (--scores)")
+            every = any(p.strip().lower() == "all" for p in path)
+            names = list(STACKS) if every else list(dict.fromkeys(path))
+            for name in names:
+                resolve_path(name)  # a bad or dropped name fails before any computation
+            wanted = [formats.canonical_name(s) for s in scores or []]
             sig = Sigmoid(
                 m=None if sigmoid_max is None else positive("--sigmoid-max", sigmoid_max),
                 s=None if sigmoid_scale is None else positive("--sigmoid-scale", sigmoid_scale),
                 b=finite("--sigmoid-shift", sigmoid_shift or 0.0),
             )
-            return paths_report(names, caps, probes, sig)
-        not_with({"--sigmoid-max": sigmoid_max, "--sigmoid-scale": sigmoid_scale, "--sigmoid-shift": sigmoid_shift},
-                 "without a sigmoid --path")
+            return horizon_paths_report(names, wanted or None, caps, sig, every)
+        not_with({"--sigmoid-max": sigmoid_max, "--sigmoid-scale": sigmoid_scale, "--sigmoid-shift": sigmoid_shift,
+                  "--scores": scores}, "without --path (--dtype gives the single format)")
         fmt = formats.resolve(dtype or "bf16")
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
@@ -350,6 +364,31 @@ def horizon(
         return horizon_report(caps, fmt, probes, shown, curve=plot is not None)
 
     emit(build, json_out, wide, plot, "horizon")
+
+
+@app.command()
+def stacks(
+    record: Annotated[
+        Optional[Path],
+        typer.Option("--record", help="Measure every CUDA stack on this machine's GPU and write the recording to "
+                                      "this JSON file (needs CUDA)."),
+    ] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """The real stacks: what each computes, and whether its figures are measured here or recorded."""
+
+    def build() -> Report:
+        if record is not None:
+            from softcapgrad.files import writable_target
+            from softcapgrad.recorded import record_report
+
+            return record_report(writable_target(record, "--record"))
+        from softcapgrad.stack_reports import stacks_report
+
+        return stacks_report()
+
+    emit(build, json_out, wide, command="stacks")
 
 
 @app.command()

@@ -109,9 +109,31 @@ class BackendKnee:
     checked: int = 0
     reason: str = ""  # why unsupported
     horizons: list[dict] = field(default_factory=list)  # cap·first_saturating_input
+    saturated_run_start: float | None = None  # where the run of 1.0s up to the searched end begins
+    source: str = "measured"  # or "recorded on <device>", "not measured"
+
+
+def stack_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "tanh") -> BackendKnee:
+    """A real stack's knee (stacks.py): live where it runs here, else recorded, else not measured."""
+    from softcapgrad import stacks
+
+    stack = stacks.STACKS[backend]
+    if dtype.name not in stack.formats:
+        return BackendKnee(dtype.name, backend, fn, False, source="not measured",
+                           reason=f"{backend} takes {', '.join(stack.formats)}")
+    r = stacks.knee(backend, dtype.name, fn)
+    found = r.source != "not measured"
+    return BackendKnee(
+        dtype=dtype.name, backend=backend, fn=fn, supported=found, first_saturating_input=r.value,
+        monotone=r.monotone, method=r.reason if found else "", reason="" if found else r.reason,
+        horizons=[{"cap": c, "horizon": None if r.value is None else c * r.value} for c in caps],
+        saturated_run_start=r.saturated_run_start, source=r.source,
+    )
 
 
 def backend_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "tanh") -> BackendKnee:
+    if backend not in BACKENDS:
+        return stack_knee(dtype, backend, caps, fn)
     try:
         predicate = saturation_predicate(backend, dtype, fn)
         switch: Switch = formats.find_switch(dtype, predicate, window=64 if backend == "exact" else 4096)
@@ -129,6 +151,7 @@ def backend_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "ta
         method=switch.method,
         checked=switch.checked,
         horizons=[{"cap": c, "horizon": None if first is None else c * first} for c in caps],
+        saturated_run_start=switch.run_start,
     )
 
 
@@ -313,8 +336,27 @@ def knee_answer(rows: list[dict], horizon_rows: list[dict]) -> tuple[str, ...]:
     return tuple(sentences)
 
 
+def stacks_sentence(backend_rows: list[dict]) -> tuple[str, ...]:
+    """One sentence on the real stacks' knees: the range over backends, and which saturate non-monotonically."""
+    found = [b for b in backend_rows if b["backend"] not in BACKENDS and b["first_saturating_input"] is not None]
+    if not found:
+        return ()
+    dtype = found[0]["dtype"]
+    mine = [b for b in found if b["dtype"] == dtype]
+    lo = min(mine, key=lambda b: b["first_saturating_input"])
+    hi = max(mine, key=lambda b: b["first_saturating_input"])
+    odd = [f"{b['backend']} (a run of 1.0s only from {b['saturated_run_start']:.8g})" for b in mine if b["monotone"] is False]
+    span = (f"x = {lo['first_saturating_input']:.8g} ({lo['backend']}, {lo['source']})" if lo is hi else
+            f"x = {lo['first_saturating_input']:.8g} ({lo['backend']}, {lo['source']}) to "
+            f"{hi['first_saturating_input']:.8g} ({hi['backend']}, {hi['source']})")
+    return (f"On the real stacks, {lo['fn']}(x) in {dtype} first comes back as exactly 1.0 at {span}"
+            + (f"; not monotone: {', '.join(odd)}." if odd else "."),)
+
+
 def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], fns: list[str]) -> Report:
     rows, backend_rows, horizon_rows = [], [], []
+    real = any(b not in BACKENDS for b in backends)  # real stacks: where the run of 1.0s starts (monotone when it is
+    # where the first 1.0 is), and the source
     for dtype in dtypes:
         for fn in fns:
             row, search = knee(dtype, caps, fn)
@@ -349,8 +391,10 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
                 "backends",
                 "first input whose f a backend returns as 1.0 (searched over the format's own values)",
                 backend_rows,
-                ("dtype", *(("fn",) if len(fns) > 1 else ()), "backend", "first_saturating_input", "monotone", "reason"),
-                wide=("last_unsaturated_input", "method", "supported"),
+                (*(("dtype",) if len(dtypes) > 1 or not real else ()), *(("fn",) if len(fns) > 1 else ()), "backend",
+                 "first_saturating_input",
+                 *(("saturated_run_start", "source") if real else ("monotone", "reason"))),
+                wide=("last_unsaturated_input", "method", "supported", *(("monotone", "reason") if real else ())),
             ),
         ),
         notes=(
@@ -363,7 +407,7 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
             "monotone: every searched value past the switch also saturates (whole format when enumerated, ±4096 values"
             " when bisected)",
         ),
-        answer=knee_answer(rows, horizon_rows),
+        answer=(*knee_answer(rows, horizon_rows)[:2], *stacks_sentence(backend_rows)),
     )
 
 

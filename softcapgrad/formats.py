@@ -168,6 +168,8 @@ class Switch:
     monotone: bool  # the searched stretch switches once, false then true
     method: str  # "enumeration" or "bisection"
     checked: int  # how many values the monotonicity check looked at
+    run_start: float | None = None  # where the last run of true values, up to the searched end, begins
+    last_false_after: float | None = None  # past first_true, the largest value where it is false (None: monotone)
 
 
 Predicate = Callable[[np.ndarray], np.ndarray]
@@ -211,12 +213,16 @@ def _switch_from(values: np.ndarray, hits: np.ndarray, method: str) -> Switch:
     if not hits.any():
         return Switch(float(as_float[-1]), None, True, method, int(hits.size))
     i = int(np.argmax(hits))
+    misses = np.flatnonzero(~hits[i:])
+    after = i + int(misses[-1]) if misses.size else None
     return Switch(
         last_false=float(as_float[i - 1]) if i > 0 else None,
         first_true=float(as_float[i]),
-        monotone=bool(hits[i:].all()),
+        monotone=after is None,
         method=method,
         checked=int(hits.size),
+        run_start=float(as_float[i]) if after is None else (float(as_float[after + 1]) if after + 1 < hits.size else None),
+        last_false_after=None if after is None else float(as_float[after]),
     )
 
 

@@ -26,6 +26,7 @@ class Table:
     columns: tuple[str, ...] = ()  # which keys the rich table shows (default: all of row 0)
     show: bool = True  # False: data for --json and figures only (dense curves), not printed
     wide: tuple[str, ...] = ()  # secondary columns, printed only with --wide
+    digits: int | None = None  # significant digits of fixed-point columns (default SIGNIFICANT); 9 tells fp32 apart
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _exact_decimals(v: float) -> int:
     return len(text.split(".")[1].rstrip("0")) if "." in text else 0
 
 
-def number_format(values: list[Any]) -> Callable[[float], str]:
+def number_format(values: list[Any], significant: int = SIGNIFICANT) -> Callable[[float], str]:
     """One format for a column of numbers: integers, fixed point with one decimal count, or scientific.
 
     Integers (and integral floats below 2^53) print without decimals; finite magnitudes between
@@ -169,7 +170,7 @@ def number_format(values: list[Any]) -> Callable[[float], str]:
         return lambda v: _special(float(v)) or f"{int(v):,}"
     lo, hi = min(abs(v) for v in nums), max(abs(v) for v in nums)
     if 1e-4 <= lo and hi < 1e9:
-        decimals = min(12, max(0, SIGNIFICANT - 1 - math.floor(math.log10(lo))), max(map(_exact_decimals, nums)))
+        decimals = min(12, max(0, significant - 1 - math.floor(math.log10(lo))), max(map(_exact_decimals, nums)))
         return lambda v: _special(float(v)) or f"{float(v):,.{decimals}f}"
     return lambda v: _special(float(v)) or f"{float(v):.4e}"
 
@@ -200,7 +201,7 @@ def _rich_table(table: Table, wide: bool):
     columns = [c for c in (table.columns or tuple(table.rows[0])) if c not in table.wide]
     if wide:
         columns += [c for c in table.wide if c not in columns]
-    formats = {c: number_format([r.get(c) for r in table.rows]) for c in columns}
+    formats = {c: number_format([r.get(c) for r in table.rows], table.digits or SIGNIFICANT) for c in columns}
     text = {c: [format_cell(r.get(c), formats[c]) for r in table.rows] for c in columns}
     if len(table.rows) == 1 and len(columns) > 3:  # one result: quantity / value pairs read better
         out = RichTable(header_style="bold", show_header=False)
@@ -216,7 +217,10 @@ def _rich_table(table: Table, wide: bool):
         numeric = any(_is_number(v) for v in cells) and all(v is None or _is_number(v) for v in cells)
         widest = max(len(line) for t in text[c] for line in (t.splitlines() or [""]))
         word = max(len(w) for w in label(c).split())
-        out.add_column(label(c), justify="right" if numeric else "left", min_width=max(widest, word))
+        # only a header longer than every cell can give width back; marking the others no_wrap keeps rich's
+        # narrowing on those headers (it would otherwise narrow a column that min_width then widens again)
+        out.add_column(label(c), justify="right" if numeric else "left", min_width=max(widest, word),
+                       no_wrap=len(label(c)) <= widest)
     for i in range(len(table.rows)):
         out.add_row(*(text[c][i] for c in columns))
     return out

@@ -32,13 +32,11 @@ def _brute_force_first_zero(recipe: paths.Recipe, c: float) -> float:
 @pytest.mark.parametrize("name", list(paths.RECIPES))
 def test_each_path_first_zero_against_brute_force(name):
     c = 30.0
-    row = paths.path_row(paths.RECIPES[name], c, [120.0], paths.Sigmoid())
-    assert row["first_zero_grad_input"] == _brute_force_first_zero(paths.RECIPES[name], c)
+    assert paths.first_zero(paths.RECIPES[name], c, paths.Sigmoid()).first_true == _brute_force_first_zero(paths.RECIPES[name], c)
 
 
 def test_path_horizons_order():
-    rows = {r["path"]: r for r in paths.paths_rows(list(paths.RECIPES), [30.0], None, paths.Sigmoid())}
-    z = {k: v["first_zero_grad_input"] for k, v in rows.items()}
+    z = {n: paths.first_zero(r, 30.0, paths.Sigmoid()).first_true for n, r in paths.RECIPES.items()}
     assert z["sigmoid-bf16"] < z["eager-bf16"] < z["eager-fp16"] < z["fused-fp32"] <= z["fp32-upcast"] < z["remedy"]
     assert z["remedy"] == pytest.approx(paths.remedy_zero_onset(30.0), rel=0.01)
 
@@ -169,13 +167,17 @@ def test_scan_bad_input(cli, tmp_path):
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (args, err)
 
 
-def test_horizon_path_cli(cli):
+def test_horizon_path_cli_takes_the_old_recipe_names(cli):
     code, data, _, _ = cli("horizon", "--path", "eager-bf16", "--path", "remedy", "--cap", "30", "--json")
     assert code == 0
     rows = {r["path"]: r for r in data["rows"]}
-    assert rows["eager-bf16"]["probes"][0]["grad"] == 0.0 and rows["remedy"]["probes"][0]["grad"] > 0
+    assert set(rows) == {"torch-eager-cpu", "torch-eager-cpu-remedy"}
+    assert {r["scores"] for r in data["rows"]} == {"bfloat16"}
+    eager = paths.first_zero(paths.RECIPES["eager-bf16"], 30.0, paths.Sigmoid()).first_true
+    assert rows["torch-eager-cpu"]["first_zero_grad_input"] == eager
+    assert rows["torch-eager-cpu-remedy"]["first_zero_grad_input"] > 10 * eager
     code, _, _, err = cli("horizon", "--path", "nope")
-    assert code == 2
+    assert code == 2 and "torch-eager-cpu" in err
 
 
 def test_knee_sigmoid(cli):

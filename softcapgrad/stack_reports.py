@@ -1,0 +1,130 @@
+"""The reports over the real stacks: ``horizon --path`` (first zero-gradient input per stack, scores
+format and cap) and ``stacks`` (what each stack computes and where its figures come from here)."""
+
+from __future__ import annotations
+
+from softcapgrad import formats, recorded
+from softcapgrad.checks import InputError
+from softcapgrad.report import Report, Table
+from softcapgrad.stacks import ALIASES, STACKS, Sigmoid, first_zero, resolve_path, runs_here
+
+SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+DEFAULT_SCORES = ("bfloat16", "float32")
+
+
+def _row(path: str, scores: str, c: float, sigmoid: Sigmoid) -> dict:
+    r = first_zero(path, scores, c, sigmoid)
+    return {"path": r.path, "scores": r.scores, "cap": c, "first_zero_grad_input": r.value,
+            "saturated_run_start": r.saturated_run_start, "last_nonzero_grad_input": r.last_unsaturated,
+            "monotone": r.monotone, "source": r.source, "reason": r.reason}
+
+
+def _answer(rows: list[dict]) -> tuple[str, ...]:
+    found = [r for r in rows if r["first_zero_grad_input"] is not None]
+    plain = [r for r in found if STACKS[r["path"]].fn == "tanh"]
+    found = plain or found  # the range over the tanh caps; the sigmoid and the remedy only when asked alone
+    sentences = []
+    for scores in dict.fromkeys(r["scores"] for r in found):
+        parts = []
+        for c in dict.fromkeys(r["cap"] for r in found if r["scores"] == scores):
+            mine = [r for r in found if r["scores"] == scores and r["cap"] == c]
+            lo = min(mine, key=lambda r: r["first_zero_grad_input"])
+            hi = max(mine, key=lambda r: r["first_zero_grad_input"])
+            parts.append(f"at c = {c:g} from a = {lo['first_zero_grad_input']:.8g} ({lo['path']})" if lo is hi else
+                         f"at c = {c:g} from a = {lo['first_zero_grad_input']:.8g} ({lo['path']}) to "
+                         f"{hi['first_zero_grad_input']:.8g} ({hi['path']})")
+        sentences.append(f"With {scores} scores the gradient through the cap is exactly 0 " + "; ".join(parts) + ".")
+    odd = sorted({r["path"] for r in found if r["monotone"] is False})
+    missing = sum(r["first_zero_grad_input"] is None for r in rows)
+    tail = []
+    if odd:
+        tail.append(f"not monotone on {', '.join(odd)} (zeros come and go before the run that lasts)")
+    if missing:
+        tail.append(f"{missing} cell(s) have no figure here (see the source column)")
+    if tail:
+        sentences.append("The dead zone is " + "; ".join(tail) + ".")
+    return tuple(sentences[:3])
+
+
+def by_cap(rows: list[dict], scores: str) -> list[dict]:
+    """One row per stack for one scores format, a column per cap: the table a person reads.
+
+    monotone: no if any cap's dead zone is not, — if one has no figure; source: each distinct one.
+    """
+    grouped: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["scores"] == scores:
+            grouped.setdefault(r["path"], []).append(r)
+    out = []
+    for path, mine in grouped.items():
+        flags = [r["monotone"] for r in mine]
+        monotone = False if False in flags else (None if None in flags else True)
+        out.append({"path": path, **{f"c = {r['cap']:g}": r["first_zero_grad_input"] for r in mine},
+                    "monotone": monotone, "source": " / ".join(dict.fromkeys(r["source"] for r in mine))})
+    return out
+
+
+def horizon_paths_report(paths: list[str], scores: list[str] | None, caps: list[float], sigmoid: Sigmoid,
+                         every: bool = False) -> Report:
+    """One row per stack, scores format and cap. An old recipe name fixes its stack's format. ``every``: the paths
+    are all the stacks, and one that takes none of the formats asked for is left out rather than refused."""
+    rows, notes, shown = [], [], {}
+    wanted = [formats.canonical_name(s) for s in scores] if scores else list(DEFAULT_SCORES)
+    for name in paths:
+        stack, fixed = resolve_path(name)
+        chosen = [fixed] if fixed else [f for f in wanted if f in stack.formats]
+        if not chosen and every:
+            continue
+        if not chosen:
+            raise InputError(f"--path {name} takes {', '.join(stack.formats)} scores; --scores gave {', '.join(wanted)}")
+        shown[stack.name] = stack
+        if fixed:
+            notes.append(f"{name} is {stack.name} with {fixed} scores (the recipe it named runs exactly this code)")
+        for fmt in chosen:
+            rows.extend(_row(stack.name, fmt, c, sigmoid) for c in caps)
+    rec = recorded.packaged()
+    checks = [{"path": r.path, "site": r.site, "scores": r.scores, "cap": r.cap, "first_zero_grad_input": r.value,
+               "monotone": r.monotone} for r in rec.rows
+              if r.path in shown and r.site != recorded.FORMULA and r.quantity == "first_zero_grad_input"]
+    notes += [f"{s.name}: {s.computes}" for s in shown.values()]
+    notes += [
+        "first zero-grad input: the first value of the scores format whose gradient through the stack's cap is exactly "
+        "0 (upstream gradient of ones); saturated from: where the run of zeros that lasts begins",
+        "source: measured here by running the library, recorded on a device (the packaged recording, its date and "
+        "versions in the JSON 'reason'), or not measured, with the reason",
+    ]
+    return Report(
+        command="horizon",
+        params={"paths": paths, "scores": wanted, "caps": caps, "sigmoid": sigmoid.__dict__},
+        tables=(
+            Table("rows", "first zero-gradient input per stack, scores format and cap", rows, show=False),
+            *(Table(f"{fmt}_scores", f"{fmt} scores: the first input whose gradient through the cap is exactly 0",
+                    by_cap(rows, fmt), ("path", *(f"c = {c:g}" for c in caps), "monotone", "source"), digits=9)
+              for fmt in dict.fromkeys(r["scores"] for r in rows)),
+            Table("model_checks", f"the same stacks inside transformers' code, recorded on {rec.device}", checks,
+                  ("site", "path", "scores", "cap", "first_zero_grad_input"), digits=9),
+        ),
+        notes=tuple(notes),
+        answer=_answer(rows),
+    )
+
+
+def stacks_report() -> Report:
+    """Every stack: its device, the score formats it takes, and where its figures come from on this machine."""
+    rec = recorded.packaged()
+    rows = []
+    for s in STACKS.values():
+        why = runs_here(s)
+        rows.append({"path": s.name, "device": s.device, "scores": ", ".join(SHORT[f] for f in s.formats),
+                     "source": "measured" if not why else rec.source, "reason": why, "computes": s.computes})
+    live = [r["path"] for r in rows if r["source"] == "measured"]
+    return Report(
+        command="stacks",
+        params={"recording": {"device": rec.device, "date": rec.date, "versions": rec.versions}},
+        tables=(Table("rows", "the real stacks", rows, ("path", "device", "scores", "source"), wide=("reason", "computes")),),
+        notes=(*(f"{s.name}: {s.computes}" for s in STACKS.values()),
+               f"old recipe names: {', '.join(f'{k} = {v[0]} ({SHORT[v[1]]})' for k, v in ALIASES.items())}",
+               f"recording: {rec.provenance}"),
+        answer=(f"{len(live)} of {len(rows)} stacks run on this machine and are measured live; the others come from "
+                f"the recording made on {rec.device} on {rec.date} (torch {rec.versions.get('torch', '?')}).",),
+    )
