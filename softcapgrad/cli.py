@@ -562,5 +562,67 @@ def reproduce(
     emit(build, json_out, wide, command="reproduce")
 
 
+@app.command("audit-model")
+def audit_model(
+    directory: Annotated[
+        Optional[Path], typer.Argument(help="A local model directory with config.json (weights used when present; never downloaded).")
+    ] = None,
+    model_type: Annotated[Optional[str], typer.Option("--model-type", help="A transformers model type, built tiny from its config (see --set).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Config field KEY=VALUE (repeatable; SUB.KEY inside a sub-config).")] = None,
+    attn: Annotated[Optional[list[str]], typer.Option("--attn", help="Attention implementation (repeatable; default all).")] = None,
+    dtype: Annotated[str, typer.Option(help="Format of the parameters: bf16, fp16 or fp32.")] = "bf16",
+    autocast: Annotated[Optional[str], typer.Option(help="Also run under torch.autocast in this format (bf16 or fp16).")] = None,
+    inputs: Annotated[
+        Optional[Path], typer.Option("--inputs", help="Token ids: .npy or .pt integer array (1-D or 2-D), or .txt (one sequence a line).")
+    ] = None,
+    batch: Annotated[int, typer.Option(help="Sequences of random token ids (without --inputs).")] = 2,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Length of the random sequences (without --inputs).")] = 16,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights and token ids.")] = 0,
+    scale_logits: Annotated[float, typer.Option("--scale-logits", help="Multiply the output embedding's logits by K: a confident model.")] = 1.0,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    json_out: Json = False,
+    plot: Plot = None,
+) -> None:
+    """Which soft-caps a transformers model applies, in which format and path, and how much of a batch is dead."""
+
+    def build() -> Report:
+        try:
+            from softcapgrad import audit
+        except ImportError:
+            raise InputError("audit-model needs transformers: pip install 'softcapgrad[hf]'") from None
+        import torch
+
+        from softcapgrad import formats
+
+        implementations = pick("--attn", attn, audit.IMPLEMENTATIONS)
+        names = {"--dtype": dtype, **({"--autocast": autocast} if autocast else {})}
+        resolved = {k: formats.resolve(v).name for k, v in names.items()}
+        if resolved["--dtype"] not in audit.FORMATS:
+            raise InputError(f"--dtype {dtype}: the model is built in bf16, fp16 or fp32")
+        if autocast and resolved["--autocast"] not in ("bfloat16", "float16"):
+            raise InputError(f"--autocast {autocast}: autocast runs in bf16 or fp16")
+        choice("--device", device, ("cpu", "cuda"))
+        if device == "cuda" and not torch.cuda.is_available():
+            raise InputError("--device cuda: no CUDA device here")
+        k = positive("--scale-logits", scale_logits)
+        ids = audit.read_token_ids(inputs) if inputs is not None else None
+        src = audit.source(directory, model_type, set_ or [])
+        vocab = audit.vocabulary(src.config)
+        if ids is None:
+            gen = torch.Generator().manual_seed(seed)
+            ids = torch.randint(0, vocab, (at_least("--batch", batch, 1), at_least("--seq-len", seq_len, 1)), generator=gen)
+        elif int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise InputError(f"--inputs {inputs}: token ids must lie in [0, {vocab}), got {int(ids.min())}..{int(ids.max())}")
+        run = audit.Batch(ids, k, resolved.get("--autocast"), seed, device)
+        result = audit.audit(src, implementations, run, resolved["--dtype"])
+        params = {"model": str(directory) if directory else model_type, "set": set_ or [], "attn": implementations,
+                  "dtype": resolved["--dtype"], "autocast": resolved.get("--autocast"), "inputs": str(inputs) if inputs else None,
+                  "shape": list(ids.shape), "seed": seed, "scale_logits": k, "device": device,
+                  "random_weights": result.random_weights}
+        return audit.audit_report(result, params)
+
+    emit(build, json_out, plot)
+
+
 def main() -> None:
     app(prog_name=PROG)
