@@ -219,6 +219,19 @@ def model_class(config):
     raise InputError(f"model type {config.model_type!r} has no causal or sequence-to-sequence language-model head in transformers")
 
 
+def random_ids(config, batch: int, seq_len: int, seed: int):
+    """Token ids drawn uniformly below the vocabulary size, from their own generator."""
+    import torch
+
+    return torch.randint(0, vocabulary(config), (batch, seq_len), generator=torch.Generator().manual_seed(seed))
+
+
+def check_ids(ids, config, where: str) -> None:
+    vocab = vocabulary(config)
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise InputError(f"{where}: token ids must lie in [0, {vocab}), got {int(ids.min())}..{int(ids.max())}")
+
+
 def vocabulary(config) -> int:
     """The smallest ``vocab_size`` over the config and its sub-configurations: token ids must be below it."""
     sizes = [v for c in _configs(config) if isinstance(v := getattr(c[1], "vocab_size", None), int)]
@@ -302,8 +315,10 @@ def installed(implementation: str) -> bool:
 
 
 def _first_line(err: BaseException) -> str:
+    """The exception's type and first sentence, on one line."""
     text = " ".join(str(err).split()) or type(err).__name__
-    return f"{type(err).__name__}: {text[:240]}"
+    end = text.find(". ")
+    return f"{type(err).__name__}: {text[: end + 1] if 0 < end < 240 else text[:240]}"
 
 
 def build(src: Source, config, implementation: str, dtype, state=None, device: str = "cpu"):
@@ -598,7 +613,8 @@ def audit_report(result: Audit, params: dict):
     columns = ("module", "caps", "cap", "dtype", "first_zero_grad_input", "fraction")
     wide = ("max_abs", "path", "count", "saturated", "zero_grad", "source", "basis")
     per_run = tuple(
-        Table(f"sites:{run.implementation}", f"soft-cap sites under {run.implementation} ({run.status})",
+        Table(f"sites:{run.implementation}", f"soft-cap sites under {run.implementation} ({run.status}; path "
+              f"{', '.join(sorted({r['path'] for r in rows if r['implementation'] == run.implementation})) or '—'})",
               [r for r in rows if r["implementation"] == run.implementation], columns, wide=wide)
         for run in result.runs if run.status in ("ran", "forward only")
     )
@@ -626,6 +642,25 @@ def audit_report(result: Audit, params: dict):
         answer=answer(result, rows, fields),
         figures={"versions": _versions()},
     )
+
+
+def audit_model(src: Source, implementations: list[str], ids, dtype: str, autocast: str | None, seed: int,
+                scale_logits: float, device: str, given: dict):
+    """Audit and report: ``given`` names the model as the user gave it (directory or type, --set, --inputs)."""
+    result = audit(src, implementations, Batch(ids, scale_logits, autocast, seed, device), dtype)
+    params = {**given, "attn": implementations, "dtype": dtype, "autocast": autocast, "shape": list(ids.shape),
+              "seed": seed, "scale_logits": scale_logits, "device": device, "random_weights": result.random_weights}
+    return audit_report(result, params)
+
+
+EXAMPLE = ["final_logit_softcapping=30", "attn_logit_softcapping=50"]
+
+
+def example_report():
+    """The README's example: ``audit-model --model-type gemma2 --set … --attn eager --attn sdpa --scale-logits 300``."""
+    src = source(None, "gemma2", EXAMPLE)
+    return audit_model(src, ["eager", "sdpa"], random_ids(src.config, 2, 16, 0), "bfloat16", None, 0, 300.0, "cpu",
+                       {"model": "gemma2", "set": EXAMPLE, "inputs": None})
 
 
 def _versions() -> dict[str, str]:

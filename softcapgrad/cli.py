@@ -607,19 +607,13 @@ def audit_model(
         k = positive("--scale-logits", scale_logits)
         ids = audit.read_token_ids(inputs) if inputs is not None else None
         src = audit.source(directory, model_type, set_ or [])
-        vocab = audit.vocabulary(src.config)
         if ids is None:
-            gen = torch.Generator().manual_seed(seed)
-            ids = torch.randint(0, vocab, (at_least("--batch", batch, 1), at_least("--seq-len", seq_len, 1)), generator=gen)
-        elif int(ids.min()) < 0 or int(ids.max()) >= vocab:
-            raise InputError(f"--inputs {inputs}: token ids must lie in [0, {vocab}), got {int(ids.min())}..{int(ids.max())}")
-        run = audit.Batch(ids, k, resolved.get("--autocast"), seed, device)
-        result = audit.audit(src, implementations, run, resolved["--dtype"])
-        params = {"model": str(directory) if directory else model_type, "set": set_ or [], "attn": implementations,
-                  "dtype": resolved["--dtype"], "autocast": resolved.get("--autocast"), "inputs": str(inputs) if inputs else None,
-                  "shape": list(ids.shape), "seed": seed, "scale_logits": k, "device": device,
-                  "random_weights": result.random_weights}
-        return audit.audit_report(result, params)
+            ids = audit.random_ids(src.config, at_least("--batch", batch, 1), at_least("--seq-len", seq_len, 1), seed)
+        else:
+            audit.check_ids(ids, src.config, f"--inputs {inputs}")
+        return audit.audit_model(src, implementations, ids, resolved["--dtype"], resolved.get("--autocast"), seed, k,
+                                 device, {"model": str(directory) if directory else model_type, "set": set_ or [],
+                                          "inputs": str(inputs) if inputs else None})
 
     emit(build, json_out, plot)
 

@@ -200,9 +200,10 @@ def audit_figure(audit: Report):
         ax.annotate(f" c = {r['cap']:g}, {r['dtype']}: {r['fraction']:.2%} past {r['first_zero_grad_input']:g}",
                     (max(ratio[i], floor), i), va="center", fontsize=7)
     ax.axvline(1.0, color="k", ls=":", lw=1)
+    ax.set_xlim(floor / 2, max(ratio + [1.0]) * 300)  # room for the labels right of the longest bar
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("largest |pre-cap a| ÷ the path's first zero-gradient input (log scale; past 1 the gradient is exactly 0)")
+    ax.set_xlabel("largest |pre-cap a| ÷ first zero-gradient input of the path (log scale; past 1: gradient exactly 0)")
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colour, label=kind) for kind, colour in colours.items() if any(r["caps"] == kind for r in rows)]
@@ -213,7 +214,7 @@ def audit_figure(audit: Report):
     ax.set_title(f"{audit.params['model_class']}: how close each soft-cap site's inputs come to the dead zone"
                  + (f"\n{extra}" if extra else ""))
     if handles:
-        ax.legend(handles=handles, fontsize=7, loc="lower right")
+        ax.legend(handles=handles, fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig
 
@@ -283,4 +284,12 @@ def reproduce_figures() -> dict[str, bytes]:
         "gates.png": gates_figure(gate_demo_report(["competition"], 0, Shape(), Config(), [48], [1024])),
         "tether.png": tether_figure(tether_demo_report(["collapse", "wd"], 0, curve=True)),
     }
+    try:
+        import transformers  # noqa: F401  (the 'hf' extra)
+    except ImportError:
+        pass
+    else:
+        from softcapgrad.audit import example_report
+
+        figs["audit.png"] = audit_figure(example_report())
     return {name: png_bytes(fig) for name, fig in figs.items()}
