@@ -254,14 +254,14 @@ def _configs(config, prefix: str = ""):
 @dataclass(frozen=True)
 class CapField:
     field: str  # "final_logit_softcapping", "decoder.attn_logit_softcapping"
-    caps: str  # "attention scores" | "final logits" | "other"
+    caps: str  # "attention" (scores) | "final logits" | "other"
     cap: float | None
 
 
 def kind_of_field(name: str) -> str:
     name = name.rsplit(".", 1)[-1]
     if "attn" in name or "attention" in name:
-        return "attention scores"
+        return "attention"
     if "final" in name or ("logit" in name and "router" not in name):
         return "final logits"
     return "other"
@@ -410,7 +410,7 @@ def _run_implementation(src: Source, implementation: str, batch: Batch, dtype, s
 def kind_of_site(module: str, root: str) -> str:
     last = module.rsplit(".", 1)[-1].lower()
     if "attn" in last or "attention" in last:
-        return "attention scores"
+        return "attention"
     return "final logits" if module == root else "other"
 
 
@@ -615,7 +615,7 @@ def audit_report(result: Audit, params: dict):
     per_run = tuple(
         Table(f"sites:{run.implementation}", f"soft-cap sites under {run.implementation} ({run.status}; path "
               f"{', '.join(sorted({r['path'] for r in rows if r['implementation'] == run.implementation})) or '—'})",
-              [r for r in rows if r["implementation"] == run.implementation], columns, wide=wide)
+              [r for r in rows if r["implementation"] == run.implementation], columns, wide=wide, json=False)
         for run in result.runs if run.status in ("ran", "forward only")
     )
     return Report(

@@ -194,7 +194,7 @@ def audit_figure(audit: Report):
     labels = [f"{r['implementation']} · {r['module']}" for r in rows]
     ratio = [r["max_abs"] / r["first_zero_grad_input"] for r in rows]
     floor = min([q for q in ratio if q > 0] + [1.0]) / 10  # a site whose inputs were all 0 is drawn at the floor
-    colours = {"attention scores": "tab:blue", "final logits": "tab:orange", "other": "tab:grey"}
+    colours = {"attention": "tab:blue", "final logits": "tab:orange", "other": "tab:grey"}
     ax.barh(range(len(rows)), [max(q, floor) for q in ratio], color=[colours[r["caps"]] for r in rows], log=True)
     for i, r in enumerate(rows):
         ax.annotate(f" c = {r['cap']:g}, {r['dtype']}: {r['fraction']:.2%} past {r['first_zero_grad_input']:g}",

@@ -389,11 +389,13 @@ class DeadZoneMonitor(TorchDispatchMode):
         return Report(
             command="monitor",
             params={"compiled_regions": self.compiled_regions},
-            tables=(Table("rows", "tanh and sigmoid per module and call site", rows,
-                          ("module", "fn", "dtype", "cap", "count", "saturated", "zero_grad", "max_abs",
-                           "first_zero_grad_input"),
-                          wide=("site", "path", "calls", "backward_count", "max_abs_input", "source",
-                                "saturated_fraction")),),
+            tables=(
+                Table("rows", "tanh and sigmoid per module and call site", rows, show=False),
+                Table("where", "where each tanh / sigmoid ran", rows,
+                      ("module", "fn", "dtype", "cap", "first_zero_grad_input"), wide=("site", "path", "source"), json=False),
+                Table("counts", "what it did", rows, ("module", "count", "saturated", "zero_grad", "max_abs"),
+                      wide=("calls", "backward_count", "max_abs_input", "saturated_fraction"), json=False),
+            ),
             notes=(
                 "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the upstream gradient was not",
                 "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of the tanh input when no cap was seen)",

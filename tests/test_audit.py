@@ -69,7 +69,7 @@ def test_t5gemma_encoder_final_cap_is_dead_config(cli):
                       "decoder.final_logit_softcapping": "live", "decoder.attn_logit_softcapping": "live"}
     assert _runs(data)["sdpa"] == "refused at build"
     kinds = {(r["module"].split(".")[1] if "." in r["module"] else "root", r["caps"]) for r in data["rows"]}
-    assert kinds == {("encoder", "attention scores"), ("decoder", "attention scores"), ("root", "final logits")}
+    assert kinds == {("encoder", "attention"), ("decoder", "attention"), ("root", "final logits")}
 
 
 def test_vaultgemma_defaults_live(cli):
@@ -82,6 +82,24 @@ def test_llama_has_no_cap(cli):
     data = _audit(cli, "--model-type", "llama", *EAGER_SDPA)
     assert data["config"] == [] and data["rows"] == [] and _runs(data) == {"eager": "ran", "sdpa": "ran"}
     assert "no soft-cap field" in data["answer"][0]
+
+
+def test_sdpa_forced_on_gemma2_raises_on_the_cap():
+    """Built eager, then switched to sdpa behind the library's back: its sdpa refuses a soft-cap at run time."""
+    config = audit.model_type_config("gemma2", {"attn_logit_softcapping": 50.0})
+    torch.manual_seed(0)
+    model = audit.build(audit.Source(config, None, False), config, "eager", torch.float32)
+    model.config._attn_implementation = "sdpa"
+    with pytest.raises(ValueError, match="does not support `softcap`"):
+        model(input_ids=torch.ones(1, 4, dtype=torch.long))
+
+
+def test_autocast_reports_the_format_the_cap_ran_in(cli):
+    data = _audit(cli, *GEMMA2, "--attn", "eager", "--dtype", "fp32", "--autocast", "bf16", "--scale-logits", "300")
+    assert data["params"]["dtype"] == "float32" and data["params"]["autocast"] == "bfloat16"
+    assert {r["dtype"] for r in data["rows"]} == {"bfloat16"}  # fp32 parameters, bf16 caps
+    final = next(r for r in data["rows"] if r["caps"] == "final logits")
+    assert final["first_zero_grad_input"] == 104.0 and final["fraction"] > 0
 
 
 def test_flash_attention_reported_absent_when_not_installed(cli):
@@ -106,7 +124,7 @@ def test_gemma2_flex_attention_applies_the_cap_inside_its_kernel(cli):
     assert run["status"] == "forward only" and "backward on CPU" in run["reason"]
     assert "compiled region" in run["hidden"]
     hidden = [r for r in data["rows"] if r["module"] == "(inside flex_attention)"]
-    assert [(r["caps"], r["cap"], r["path"]) for r in hidden] == [("attention scores", 50.0, "flex-attention-cpu")]
+    assert [(r["caps"], r["cap"], r["path"]) for r in hidden] == [("attention", 50.0, "flex-attention-cpu")]
 
 
 def test_local_directory_with_and_without_weights(cli, tmp_path):

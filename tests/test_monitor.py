@@ -126,6 +126,22 @@ def test_gemma2_sites_caps_formats_and_call_sites():
     assert rows["Gemma2ForCausalLM"].first_zero_grad_input == 104.0
 
 
+def test_report_prints_two_views_and_writes_one_table():
+    import json
+
+    from softcapgrad.report import as_json
+
+    model = confident(tiny("gemma2"))
+    with DeadZoneMonitor() as monitor:
+        _step(model, ids())
+    data = json.loads(as_json(monitor.report()))
+    assert "where" not in data and "counts" not in data  # printed views of the same rows
+    assert [r["module"] for r in data["rows"]] == [r.module for r in monitor.rows()]
+    assert f"{sum(r.zero_grad for r in monitor.rows()):,} received" in data["answer"][0]
+    text = monitor.table(width=100)
+    assert max(len(line) for line in text.splitlines()) <= 100 and "model.layers.0.self_attn" in text
+
+
 def test_gemma3_attention_cap_never_runs():
     """Gemma 3's config carries attn_logit_softcapping, but its attention never applies it (transformers 5.24)."""
     model = confident(tiny("gemma3_text"))
