@@ -586,11 +586,13 @@ def audit_model(
     """Which soft-caps a transformers model applies, in which format and path, and how much of a batch is dead."""
 
     def build() -> Report:
-        try:
-            from softcapgrad import audit
-        except ImportError:
-            raise InputError("audit-model needs transformers: pip install 'softcapgrad[hf]'") from None
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            raise InputError("audit-model needs transformers: pip install 'softcapgrad[hf]'")
         import torch
+
+        from softcapgrad import audit
 
         from softcapgrad import formats
 

@@ -211,6 +211,14 @@ def test_bad_input_one_line_before_building(cli, monkeypatch, args, needle):
     assert needle in _bad(cli, *args)
 
 
+def test_without_transformers_one_line(cli, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    assert "pip install 'softcapgrad[hf]'" in _bad(cli, "--model-type", "gemma2")
+
+
 def test_bad_files_one_line_before_building(cli, monkeypatch, tmp_path):
     monkeypatch.setattr(audit, "build", lambda *a, **k: pytest.fail("built a model for bad input"))
     assert "no config.json" in _bad(cli, str(tmp_path))
