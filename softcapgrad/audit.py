@@ -518,7 +518,7 @@ def field_status(verdicts: dict[str, str], cap: float | None) -> str:
 # --- the report -------------------------------------------------------------------------------
 
 
-HIDDEN_PATH = {"flex_attention": "flex-attention", "flash_attention_2": "flash-attention"}
+HIDDEN_PATH = {"flex_attention": "flex-attention", "flash_attention_2": "tanh-approx"}  # flash-attn caps with tanh.approx.f32
 
 
 def site_rows(result: Audit) -> list[dict]:
@@ -629,9 +629,12 @@ def audit_report(result: Audit, params: dict):
             Table("implementations", "attention implementations",
                   [{"implementation": r.implementation, "status": r.status, "reason": r.reason, "hidden": r.hidden or "",
                     "warnings": "; ".join(r.warnings)} for r in result.runs],
-                  ("implementation", "status", "reason"), wide=("hidden", "warnings")),
+                  ("implementation", "status"), wide=("reason", "hidden", "warnings")),
         ),
         notes=(
+            *(f"{r.implementation} {r.status}: {r.reason}" for r in result.runs if r.reason),
+            *(f"{r.implementation}: {r.hidden}" for r in result.runs if r.hidden),
+            "run with " + ", ".join(f"{k} {v}" for k, v in _versions().items()),
             "applied: the monitor saw the tanh of the scores divided by the cap (or, for a field of a sub-model, the "
             f"logits changed when the field was set to {PROBE_CAP:g}); hidden: not seen, but that probe changed the "
             "logits, so it is applied inside a kernel the monitor cannot see; ignored: the logits stayed bit-identical",

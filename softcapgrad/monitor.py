@@ -34,9 +34,7 @@ import os
 import sys
 import weakref
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 
-import numpy as np
 import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -59,49 +57,23 @@ _CALL = torch.nn.Module._call_impl.__code__
 # --- the real-stack table ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StackResult:
-    value: float | None  # first pre-cap input whose gradient through c·tanh(a/c) is exactly 0
-    monotone: bool | None
-    source: str  # "measured" | "recorded on <device>" | "not measured"
-    reason: str = ""
+def first_zero(path: str, scores: str, c: float, fn: str = "tanh"):
+    """The first zero-gradient input of ``c·tanh(a/c)`` (of ``σ(x)`` for ``fn="sigmoid"``) on a real stack.
 
-
-@lru_cache(maxsize=None)
-def first_zero(path: str, scores: str, c: float) -> StackResult:
-    """The first zero-gradient input of ``c·tanh(a/c)`` on a stack, for scores in format ``scores``.
-
-    ``softcapgrad.stacks.first_zero`` when the real-stack table is installed; until then torch
-    eager on the CPU only, by autograd over the format's own values (``deadzone.first_zero_gradient``).
+    From ``softcapgrad.stacks`` (measured here, or recorded on another device); a ``StackResult``
+    with ``source="not measured"`` where the table has no such stack or format.
     """
+    from softcapgrad import stacks
+    from softcapgrad.checks import InputError
+
+    name = path if fn == "tanh" else f"{path}-sigmoid"
+    if name not in stacks.STACKS:
+        return stacks.StackResult(name, scores, c, None, None, "not measured", f"the real-stack table has no {name}")
+    sigmoid = stacks.Sigmoid(m=1.0, s=1.0) if fn == "sigmoid" else stacks.Sigmoid()
     try:
-        from softcapgrad import stacks
-    except ImportError:
-        stacks = None
-    if stacks is not None:
-        return stacks.first_zero(path, scores, c)
-    if path != "torch-eager-cpu":
-        return StackResult(None, None, "not measured", f"{path}: only torch-eager-cpu is measured without the real-stack table")
-    from softcapgrad import deadzone, formats
-
-    switch = deadzone.first_zero_gradient(c, np.dtype(formats.resolve(scores)))
-    return StackResult(switch.first_true, switch.monotone, "measured")
-
-
-@lru_cache(maxsize=None)
-def sigmoid_first_zero(scores: str) -> StackResult:
-    """First input whose eager torch sigmoid gradient σ(1 − σ) from the stored output is exactly 0."""
-    from softcapgrad import formats
-
-    dtype = np.dtype(formats.resolve(scores))
-
-    def dead(v: np.ndarray) -> np.ndarray:
-        x = formats.to_torch(v, dtype).requires_grad_(True)
-        (g,) = torch.autograd.grad(torch.sigmoid(x).sum(), x)
-        return (g == 0).numpy()
-
-    switch = formats.find_switch(dtype, dead)
-    return StackResult(switch.first_true, switch.monotone, "measured")
+        return stacks.first_zero(name, scores, c, sigmoid)
+    except InputError as err:  # a format the stack does not take
+        return stacks.StackResult(name, scores, c, None, None, "not measured", str(err))
 
 
 def path_name(device: str, compiled: bool = False) -> str:
@@ -357,12 +329,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         rows = []
         for site, t in self._tallies.items():
             path = path_name(site.device)
-            if site.fn == "tanh":
-                stack = first_zero(path, site.dtype, site.cap or 1.0)
-            elif path == "torch-eager-cpu":
-                stack = sigmoid_first_zero(site.dtype)
-            else:
-                stack = StackResult(None, None, "not measured", "sigmoid paths other than torch-eager-cpu")
+            stack = first_zero(path, site.dtype, site.cap or 1.0, site.fn)
             saturated = 0 if t.saturated is None else int(t.saturated)
             largest = 0.0 if t.max_abs is None else float(t.max_abs)
             rows.append(SiteRow(

@@ -1,7 +1,6 @@
 """DeadZoneMonitor on transformers' own model code: counts against a brute force from captured values."""
 
 import linecache
-import math
 
 import ml_dtypes
 import numpy as np
@@ -198,10 +197,12 @@ def test_compiled_code_runs_compiled_and_is_reported_hidden():
     assert "not counted" in monitor.hidden() and monitor.hidden() in " ".join(monitor.report().answer)
 
 
-def test_first_zero_fallback_and_short_file():
+def test_first_zero_from_the_real_stack_table_and_short_file():
     assert first_zero("torch-eager-cpu", "bfloat16", 50.0).value == 174.0
-    other = first_zero("torch-compile-cuda", "bfloat16", 30.0)
-    assert other.value is None or other.source != "measured" or math.isfinite(other.value)
+    assert first_zero("torch-eager-cpu", "bfloat16", 1.0, "sigmoid").value == first_zero_sigmoid_brute_force()
+    absent = first_zero("flex-attention-cpu", "float32", 50.0)
+    assert absent.value is None and absent.source == "not measured"
+    assert first_zero("torch-eager-cpu", "float64", 30.0).source == "not measured"
     import transformers
 
     assert short_file(transformers.__file__) == "transformers/__init__.py"
