@@ -162,6 +162,19 @@ def test_token_id_files(tmp_path, kind):
     assert torch.equal(audit.read_token_ids(path), ids)
 
 
+def test_answer_leads_and_tables_fit_100_columns():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "100"}
+    proc = subprocess.run([sys.executable, "-m", "softcapgrad", "audit-model", "--model-type", "t5gemma", "--attn", "eager",
+                           "--attn", "sdpa", "--scale-logits", "300"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout and max(len(line) for line in proc.stdout.splitlines()) <= 100
+    assert proc.stdout.startswith("T5GemmaForConditionalGeneration (t5gemma, bfloat16")
+
+
 def test_output_is_deterministic(cli):
     args = ("audit-model", "--model-type", "vaultgemma", "--attn", "eager", "--scale-logits", "300")
     assert cli(*args)[2] == cli(*args)[2]
@@ -204,10 +217,15 @@ def _bad(cli, *args):
         (("--model-type", "gemma2", "--scale-logits", "0"), "--scale-logits"),
         (("--model-type", "gemma2", "--seq-len", "0"), "--seq-len"),
         ((), "model directory"),
+        (("--model-type", "gemma2", "--inputs", "ids.txt", "--seq-len", "8"), "--seq-len does not apply"),
+        (("--model-type", "gemma2", "--autocast", "bf16"), "--autocast does not apply"),
+        (("--model-type", "gemma2", "--device", "tpu"), "--device"),
     ],
 )
-def test_bad_input_one_line_before_building(cli, monkeypatch, args, needle):
+def test_bad_input_one_line_before_building(cli, monkeypatch, tmp_path, args, needle):
     monkeypatch.setattr(audit, "build", lambda *a, **k: pytest.fail("built a model for bad input"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ids.txt").write_text("1 2 3\n")
     assert needle in _bad(cli, *args)
 
 
