@@ -347,12 +347,15 @@ class DeadZoneMonitor(TorchDispatchMode):
         hidden = self.hidden()
         low = [r for r in rows if r["dtype"] in ("bfloat16", "float16")]
         dead = sum(r["zero_grad"] or 0 for r in rows)
-        answer = [f"{len(rows)} tanh/sigmoid call site{'s' if len(rows) != 1 else ''} ran "
-                  f"({sum(r['count'] for r in rows):,} elements, {len(low)} in bf16/fp16); "
-                  f"{sum(r['saturated'] for r in rows):,} elements were stored as exactly ±1 (0 or 1) and "
-                  f"{dead:,} received an exactly-zero gradient from a non-zero upstream."]
+        if rows:
+            answer = [f"{len(rows)} tanh/sigmoid call site{'s' if len(rows) != 1 else ''} ran outside compiled code "
+                      f"({sum(r['count'] for r in rows):,} elements, {len(low)} in bf16/fp16); "
+                      f"{sum(r['saturated'] for r in rows):,} elements were stored as exactly ±1 (0 or 1) and "
+                      f"{dead:,} received an exactly-zero gradient from a non-zero upstream."]
+        else:
+            answer = ["No tanh or sigmoid ran outside compiled code" + (": nothing was counted." if hidden else ".")]
         if hidden:
-            answer.append(hidden + ".")
+            answer.append(hidden[0].upper() + hidden[1:] + ".")
         return Report(
             command="monitor",
             params={"compiled_regions": self.compiled_regions},
