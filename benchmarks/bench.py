@@ -110,15 +110,99 @@ def stacks() -> list[tuple[str, float, str]]:
     ]
 
 
-SECTIONS: list[Callable[[], list[tuple[str, float, str]]]] = [cold_starts, reproduce, dynamics, tether_step, remedy, stacks]
+def interleaved(runs: dict[str, Callable[[], object]], rounds: int = 7, per_round: int = 5) -> dict[str, float]:
+    """Median time per call of each function, measured in alternation so load changes hit all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for fn in runs.values():
+        fn()  # warm-up
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / per_round)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def main() -> None:
+def tiny_gemma2_step(batch: int = 2, seq: int = 16) -> Callable[[], object]:
+    """One forward and backward of a 2-layer Gemma 2 (hidden 64, vocab 256) in bf16: the tests' model."""
+    import torch
+
+    from softcapgrad import audit
+
+    config = audit.model_type_config("gemma2", {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0})
+    torch.manual_seed(0)
+    model = audit.build(audit.Source(config, None, False), config, "eager", torch.bfloat16)
+    ids = torch.randint(0, 256, (batch, seq), generator=torch.Generator().manual_seed(0))
+
+    def step() -> object:
+        model(input_ids=ids, labels=ids).loss.backward()
+        return model
+
+    return step
+
+
+def monitor_and_patch() -> list[tuple[str, float, str]]:
+    import torch
+
+    import softcapgrad
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # per-op cost, not thread contention on a shared machine, is what is compared
+    rows = []
+    for batch, seq in ((2, 16), (8, 128)):
+        step = tiny_gemma2_step(batch, seq)
+
+        def monitored(step=step) -> object:
+            with softcapgrad.DeadZoneMonitor():
+                return step()
+
+        def patched(step=step) -> object:
+            with softcapgrad.fp32_tanh_backward():
+                return step()
+
+        t = interleaved({"plain": step, "monitor": monitored, "patch": patched})
+        rows += [
+            (f"tiny Gemma 2 step (bf16, 2 layers, batch {batch}×{seq}, 1 thread), forward+backward", t["plain"], ""),
+            ("  the same step inside DeadZoneMonitor", t["monitor"], f"{t['monitor'] / t['plain']:.2f}x (target < 2x)"),
+            ("  the same step inside fp32_tanh_backward", t["patch"], f"{t['patch'] / t['plain']:.2f}x"),
+        ]
+    torch.set_num_threads(threads)
+    x = (torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) * 60).to(torch.bfloat16)
+
+    def cap(under_patch: bool) -> Callable[[], object]:
+        def run() -> object:
+            xr = x.detach().requires_grad_(True)
+            if under_patch:
+                with softcapgrad.fp32_tanh_backward():
+                    y = 30.0 * torch.tanh(xr / 30.0)
+            else:
+                y = 30.0 * torch.tanh(xr / 30.0)
+            y.backward(torch.ones_like(y))
+            return xr.grad
+
+        return run
+
+    big = interleaved({"eager": cap(False), "patch": cap(True)}, rounds=5, per_round=1)
+    return rows + [
+        ("eager 30·tanh(x/30), bf16 4096×4096, forward+backward", big["eager"], ""),
+        ("  the same inside fp32_tanh_backward", big["patch"], f"{big['patch'] / big['eager']:.2f}x eager"),
+    ]
+
+
+SECTIONS: list[Callable[[], list[tuple[str, float, str]]]] = [cold_starts, reproduce, dynamics, tether_step, remedy, stacks,
+                                                             monitor_and_patch]
+
+
+def main(names: list[str] | None = None) -> None:
+    """Every section, or only those named on the command line (e.g. ``bench.py monitor_and_patch``)."""
     for section in SECTIONS:
+        if names and section.__name__ not in names:
+            continue
         for name, seconds, note in section():
             shown = f"{seconds * 1000:10.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:10.1f} µs"
             print(f"{name:<68} {shown}  {note}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -186,6 +186,39 @@ def tether_figure(tether: Report):
     return fig
 
 
+def audit_figure(audit: Report):
+    """Each soft-cap site's largest |a| against its path's first zero-gradient input, with the dead config."""
+    plt = _plt()
+    rows = [r for r in audit.tables[0].rows if r["max_abs"] is not None and r["first_zero_grad_input"]]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    labels = [f"{r['implementation']} · {r['module']}" for r in rows]
+    ratio = [r["max_abs"] / r["first_zero_grad_input"] for r in rows]
+    floor = min([q for q in ratio if q > 0] + [1.0]) / 10  # a site whose inputs were all 0 is drawn at the floor
+    colours = {"attention": "tab:blue", "final logits": "tab:orange", "other": "tab:grey"}
+    ax.barh(range(len(rows)), [max(q, floor) for q in ratio], color=[colours[r["caps"]] for r in rows], log=True)
+    for i, r in enumerate(rows):
+        ax.annotate(f" c = {r['cap']:g}, {r['dtype']}: {r['fraction']:.2%} past {r['first_zero_grad_input']:g}",
+                    (max(ratio[i], floor), i), va="center", fontsize=7)
+    ax.axvline(1.0, color="k", ls=":", lw=1)
+    ax.set_xlim(floor / 2, max(ratio + [1.0]) * 300)  # room for the labels right of the longest bar
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("largest |pre-cap a| ÷ first zero-gradient input of the path (log scale; past 1: gradient exactly 0)")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour, label=kind) for kind, colour in colours.items() if any(r["caps"] == kind for r in rows)]
+    dead = [r["field"] for r in _table(audit, "config") if r["status"] == "dead"]
+    refused = [r["implementation"] for r in _table(audit, "implementations") if r["status"].startswith("refused")]
+    extra = "; ".join(part for part in (f"dead config: {', '.join(dead)}" if dead else "",
+                                         f"refused by {', '.join(refused)}" if refused else "") if part)
+    ax.set_title(f"{audit.params['model_class']}: how close each soft-cap site's inputs come to the dead zone"
+                 + (f"\n{extra}" if extra else ""))
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
 BUILDERS = {
     "identity": attenuation_figure,
     "knee": knee_figure,
@@ -194,6 +227,7 @@ BUILDERS = {
     "dynamics": lambda r: dynamics_figure([r]),
     "gate-demo": gates_figure,
     "tether-demo": tether_figure,
+    "audit-model": audit_figure,
 }
 
 
@@ -250,4 +284,12 @@ def reproduce_figures() -> dict[str, bytes]:
         "gates.png": gates_figure(gate_demo_report(["competition"], 0, Shape(), Config(), [48], [1024])),
         "tether.png": tether_figure(tether_demo_report(["collapse", "wd"], 0, curve=True)),
     }
+    try:
+        import transformers  # noqa: F401  (the 'hf' extra)
+    except ImportError:
+        pass
+    else:
+        from softcapgrad.audit import example_report
+
+        figs["audit.png"] = audit_figure(example_report())
     return {name: png_bytes(fig) for name, fig in figs.items()}

@@ -16,6 +16,20 @@ from typing import Iterator
 from softcapgrad.checks import InputError
 
 
+def readable_file(path: Path, kinds: tuple[str, ...], option: str = "") -> str:
+    """Check that ``path`` is an existing file whose suffix is one of ``kinds``; return that suffix."""
+    path = Path(path)
+    where = f"{option} {path}".strip()
+    if not path.exists():
+        raise InputError(f"{where}: no such file")
+    if not path.is_file():
+        raise InputError(f"{where}: not a file")
+    kind = path.suffix.lower()
+    if kind not in kinds:
+        raise InputError(f"{where}: unsupported file kind {kind or '(none)'}; expected one of {', '.join(kinds)}")
+    return kind
+
+
 def writable_target(path: Path, option: str) -> Path:
     """Check, before any computation, that ``path`` can be written: its folder exists or can be made."""
     path = Path(path)

@@ -27,6 +27,7 @@ class Table:
     show: bool = True  # False: data for --json and figures only (dense curves), not printed
     wide: tuple[str, ...] = ()  # secondary columns, printed only with --wide
     digits: int | None = None  # significant digits of fixed-point columns (default SIGNIFICANT); 9 tells fp32 apart
+    json: bool = True  # False: printed only, a view of rows that another table already gives the JSON
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,27 @@ LABELS: dict[str, str] = {
     "first_overflow_input": "first overflow input",
     "naive": "naive result",
     "stable": "stable result",
+    "module": "module",
+    "site": "call site",
+    "calls": "calls",
+    "saturated": "stored ±1",
+    "zero_grad": "zero grads",
+    "backward_count": "backward values",
+    "max_abs_input": "largest |input|",
+    "saturated_fraction": "fraction stored ±1",
+    "implementation": "attention",
+    "caps": "caps",
+    "field": "config field",
+    "status": "status",
+    "applied_by": "applied by",
+    "ignored_by": "ignored by",
+    "basis": "fraction from",
+    "hidden": "not seen by the monitor",
+    "warnings": "library warnings",
+    "eager": "eager",
+    "sdpa": "sdpa",
+    "flex_attention": "flex_attention",
+    "flash_attention_2": "flash_attention_2",
 }
 
 
@@ -124,7 +146,8 @@ def plain(value: Any) -> Any:
 def as_json(report: Report) -> str:
     out: dict[str, Any] = {"command": report.command, "params": report.params, "answer": list(report.answer)}
     for table in report.tables:
-        out[table.key] = table.rows
+        if table.json:
+            out[table.key] = table.rows
     out.setdefault("rows", [])
     out["notes"] = list(report.notes)
     out.update(report.figures)

@@ -21,6 +21,7 @@ import torch
 from softcapgrad import paths
 from softcapgrad.attenuation import sech2
 from softcapgrad.checks import InputError
+from softcapgrad.files import readable_file
 
 KINDS = (".npy", ".pt", ".safetensors")
 CHUNK = 1 << 20  # values per chunk
@@ -49,13 +50,7 @@ class Source:
 
 
 def open_sources(path: Path) -> list[Source]:
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if not path.is_file():
-        raise InputError(f"{path}: not a file")
-    kind = path.suffix.lower()
-    if kind not in KINDS:
-        raise InputError(f"{path}: unsupported file kind {kind or '(none)'}; expected one of {', '.join(KINDS)}")
+    kind = readable_file(path, KINDS)
     try:
         if kind == ".npy":
             arr = np.load(path, mmap_mode="r", allow_pickle=False)

@@ -1,0 +1,107 @@
+"""Every bf16/fp16 tanh and sigmoid in someone else's model, with its derivative taken from the input in fp32.
+
+softcapgrad.md, "The bf16 dead-zone": eager autograd forms the tanh derivative as 1 − y² from the
+rounded output y, which is exactly 0 once y rounds to ±1 (the sigmoid's σ(1 − σ) likewise once σ
+rounds to 1). Inside :func:`fp32_tanh_backward` (a ``TorchFunctionMode``) each ``torch.tanh`` /
+``Tensor.tanh`` / ``torch.sigmoid`` / ``Tensor.sigmoid`` of a bf16 or fp16 tensor that needs a
+gradient runs as an autograd Function instead:
+
+    forward   the same aten op on the same input: bit-identical output
+    saves     the input x (eager saves the output y, a tensor of the same size and format)
+    backward  tanh:    sech²(x) = (1/cosh x)² in fp32, times the upstream gradient in fp32
+              sigmoid: σ(x)·σ(−x) in fp32 (σ(1 − σ) without the cancellation of 1 − σ), likewise
+              rounded once to x's format
+
+so the gradient is within one unit in the last place of the exact one wherever that is a normal
+number of the format, and zero only where it underflows. :func:`patch` does the same for every
+call of one module. Other ops (in-place ``tanh_``, ``F.gelu(approximate="tanh")``, ``silu``) are
+left as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+LOW = (torch.bfloat16, torch.float16)
+
+
+def sech2(x32: torch.Tensor) -> torch.Tensor:
+    """d tanh/dx = sech²(x) = (1/cosh x)², in place on the fp32 buffer ``x32``."""
+    return x32.cosh_().reciprocal_().square_()
+
+
+def sigmoid_slope(x32: torch.Tensor) -> torch.Tensor:
+    """dσ/dx = σ(x)·σ(−x): σ(1 − σ) without the cancellation of 1 − σ once σ is near 1."""
+    return torch.sigmoid(-x32).mul_(x32.sigmoid_())
+
+
+OPS = {"tanh": (torch.tanh, sech2), "sigmoid": (torch.sigmoid, sigmoid_slope)}
+
+
+class FromInput(torch.autograd.Function):
+    """tanh or σ of x saving x; the backward is the derivative at x in fp32 times the upstream, rounded once."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, fn: str) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.fn = fn
+        return OPS[fn][0](x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (x,) = ctx.saved_tensors
+        return OPS[ctx.fn][1](x.float()).mul_(grad).to(x.dtype), None
+
+
+FUNCTIONS = {
+    torch.tanh: "tanh",
+    torch.Tensor.tanh: "tanh",
+    torch.sigmoid: "sigmoid",
+    torch.Tensor.sigmoid: "sigmoid",
+    torch.special.expit: "sigmoid",
+}
+
+
+class fp32_tanh_backward(TorchFunctionMode):  # noqa: N801 - used like a function: ``with fp32_tanh_backward():``
+    """Context manager: bf16/fp16 tanh and sigmoid inside take their derivative from the input in fp32."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        fn = FUNCTIONS.get(func)
+        if fn is not None and not kwargs and len(args) == 1:
+            x = args[0]
+            if isinstance(x, torch.Tensor) and x.dtype in LOW and x.requires_grad and torch.is_grad_enabled():
+                return FromInput.apply(x, fn)
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class Patch:
+    """What :func:`patch` changed; ``remove()`` restores the module's own ``forward``."""
+
+    module: torch.nn.Module
+
+    def remove(self) -> None:
+        self.module.__dict__.pop("forward", None)
+
+
+def patch(module: torch.nn.Module) -> Patch:
+    """Run every call of ``module`` inside :func:`fp32_tanh_backward`, without touching its source.
+
+    The instance gets a ``forward`` attribute that wraps its class's ``forward``; hooks, ``state_dict``
+    and parameters are unchanged, and ``torch.compile(module)`` traces the mode with the rest.
+    """
+    if "forward" in module.__dict__:
+        raise ValueError(f"{type(module).__name__} already has an instance-level forward (patched twice?)")
+    inner = module.forward
+
+    @functools.wraps(inner)
+    def forward(*args, **kwargs):
+        with fp32_tanh_backward():
+            return inner(*args, **kwargs)
+
+    module.forward = forward
+    return Patch(module)

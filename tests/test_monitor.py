@@ -1,0 +1,210 @@
+"""DeadZoneMonitor on transformers' own model code: counts against a brute force from captured values."""
+
+import linecache
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from softcapgrad import audit, deadzone  # noqa: E402
+from softcapgrad.monitor import DeadZoneMonitor, first_zero, short_file  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+# the first bf16 input whose eager tanh is stored as ±1 (c = 1: the division is exact), found by autograd
+KNEE = deadzone.first_zero_gradient(1.0, BF16).first_true
+
+MODELS = {  # model type -> --set fields; T5Gemma and VaultGemma carry caps 30 / 50 by default
+    "gemma2": {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
+    "gemma3_text": {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
+    "t5gemma": {},
+    "vaultgemma": {},
+    "llama": {},
+}
+
+
+def tiny(model_type: str, implementation: str = "eager", dtype=torch.bfloat16, **sets):
+    config = audit.model_type_config(model_type, {**MODELS[model_type], **sets})
+    torch.manual_seed(0)
+    return audit.build(audit.Source(config, None, False), config, implementation, dtype)
+
+
+def confident(model, logits: float = 400.0, queries: float = 4000.0):
+    """Push final logits and attention scores past their bf16 horizons: scale the head's output and q_proj."""
+    model.get_output_embeddings().register_forward_hook(lambda m, args, out: out * logits)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if name.endswith("q_proj"):
+                module.weight.mul_(queries)
+    return model
+
+
+def ids(vocab: int = 256, shape=(2, 12)):
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(1))
+
+
+class Capture:
+    """Every torch.tanh the model calls: its input, the module it ran in, and the gradient reaching its output."""
+
+    def __init__(self, model, monkeypatch):
+        self.calls = []  # [module, input, upstream gradient or None]
+        self.current = [type(model).__name__]
+        for name, module in model.named_modules():
+            if name.rsplit(".", 1)[-1] in ("self_attn", "cross_attn"):
+                module.register_forward_pre_hook(lambda m, a, name=name: self.current.append(name))
+                module.register_forward_hook(lambda m, a, o: self.current.pop() and None)
+        original = torch.tanh
+
+        def tanh(x):
+            y = original(x)
+            call = [self.current[-1], x.detach().clone(), None]
+            self.calls.append(call)
+            if y.requires_grad:
+                y.register_hook(lambda g: call.__setitem__(2, g.detach().clone()))
+            return y
+
+        monkeypatch.setattr(torch, "tanh", tanh)
+
+    def brute_force(self) -> dict[str, tuple[int, int, int, float]]:
+        """module -> (elements, |x| past the knee, past the knee with a non-zero upstream, largest |x|)."""
+        out = {}
+        for module, x, g in self.calls:
+            past = x.abs().float() >= KNEE
+            n, s, z, m = out.get(module, (0, 0, 0, 0.0))
+            out[module] = (n + x.numel(), s + int(past.sum()), z + int((past & (g != 0)).sum()),
+                           max(m, float(x.abs().max())))
+        return out
+
+
+def _step(model, batch):
+    out = model(input_ids=batch, labels=batch)
+    out.loss.backward()
+    return out.logits.detach()
+
+
+@pytest.mark.parametrize("model_type", list(MODELS))
+def test_counts_equal_brute_force_per_module(model_type, monkeypatch):
+    model = confident(tiny(model_type))
+    capture = Capture(model, monkeypatch)
+    with DeadZoneMonitor() as monitor:
+        _step(model, ids())
+    expected = capture.brute_force()
+    rows = {r.module: r for r in monitor.rows()}
+    assert set(rows) == set(expected)
+    for module, (n, saturated, zero_grad, largest) in expected.items():
+        row = rows[module]
+        assert (row.count, row.backward_count, row.saturated, row.zero_grad) == (n, n, saturated, zero_grad), module
+        assert row.max_abs_input == largest
+    if model_type == "llama":
+        assert rows == {}  # no cap at all: nothing to count
+    else:
+        assert sum(r.saturated for r in rows.values()) > 0 and sum(r.zero_grad for r in rows.values()) > 0
+
+
+def test_gemma2_sites_caps_formats_and_call_sites():
+    model = confident(tiny("gemma2"))
+    with DeadZoneMonitor() as monitor:
+        _step(model, ids())
+    rows = {r.module: r for r in monitor.rows()}
+    assert set(rows) == {"model.layers.0.self_attn", "model.layers.1.self_attn", "Gemma2ForCausalLM"}
+    assert {m: r.cap for m, r in rows.items()} == {"model.layers.0.self_attn": 50.0, "model.layers.1.self_attn": 50.0,
+                                                   "Gemma2ForCausalLM": 30.0}
+    for row in rows.values():
+        assert row.dtype == "bfloat16" and row.path == "torch-eager-cpu" and row.calls == 1
+        assert row.first_zero_grad_input == deadzone.first_zero_gradient(row.cap, BF16).first_true
+        # the call site is the line of transformers' Gemma 2 code that calls the tanh
+        file, line = row.site.rsplit(":", 1)
+        assert file == "transformers/models/gemma2/modeling_gemma2.py"
+        import transformers
+
+        source = transformers.__file__.replace("__init__.py", file.removeprefix("transformers/"))
+        assert "torch.tanh" in linecache.getline(source, int(line))
+        assert row.max_abs == pytest.approx(row.cap * row.max_abs_input)
+    assert rows["Gemma2ForCausalLM"].first_zero_grad_input == 104.0
+
+
+def test_report_prints_two_views_and_writes_one_table():
+    import json
+
+    from softcapgrad.report import as_json
+
+    model = confident(tiny("gemma2"))
+    with DeadZoneMonitor() as monitor:
+        _step(model, ids())
+    data = json.loads(as_json(monitor.report()))
+    assert "where" not in data and "counts" not in data  # printed views of the same rows
+    assert [r["module"] for r in data["rows"]] == [r.module for r in monitor.rows()]
+    assert f"{sum(r.zero_grad for r in monitor.rows()):,} received" in data["answer"][0] and len(data["answer"]) == 1
+    text = monitor.table(width=100)
+    assert max(len(line) for line in text.splitlines()) <= 100 and "model.layers.0.self_attn" in text
+
+
+def test_gemma3_attention_cap_never_runs():
+    """Gemma 3's config carries attn_logit_softcapping, but its attention never applies it (transformers 5.24)."""
+    model = confident(tiny("gemma3_text"))
+    with DeadZoneMonitor() as monitor:
+        _step(model, ids())
+    assert [(r.module, r.cap) for r in monitor.rows()] == [("Gemma3ForCausalLM", 30.0)]
+
+
+def test_monitor_changes_nothing():
+    model = confident(tiny("gemma2"))
+    batch = ids()
+    plain = _step(model, batch)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with DeadZoneMonitor():
+        watched = _step(model, batch)
+    assert torch.equal(plain, watched)
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters()))
+
+
+def test_sigmoid_counts_and_pairing():
+    x = torch.cat([torch.linspace(-40, 40, 801), torch.tensor([-200.0, 200.0])]).to(torch.bfloat16).requires_grad_(True)
+    with DeadZoneMonitor() as monitor:
+        y = torch.sigmoid(x)
+        (y * torch.linspace(1, 2, y.numel()).to(torch.bfloat16)).sum().backward()
+    (row,) = monitor.rows()
+    stored = ((y == 0) | (y == 1)).detach()
+    assert row.fn == "sigmoid" and row.cap is None and row.count == x.numel()
+    assert row.saturated == int(stored.sum()) > 0
+    assert row.zero_grad == int((x.grad == 0).sum()) > 0
+    assert row.first_zero_grad_input == first_zero_sigmoid_brute_force()
+
+
+def first_zero_sigmoid_brute_force() -> float:
+    from softcapgrad import formats
+
+    values = formats.positive_values(BF16)
+    x = formats.to_torch(values, BF16).requires_grad_(True)
+    torch.sigmoid(x).sum().backward()
+    return float(values.astype(np.float64)[int(np.argmax((x.grad == 0).numpy()))])
+
+
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")  # inductor's first import
+def test_compiled_code_runs_compiled_and_is_reported_hidden():
+    """Under the monitor a compiled cap keeps its compiled gradient (non-zero at 120 where eager's is 0)."""
+    cap = torch.compile(lambda a: 30.0 * torch.tanh(a / 30.0))
+    a = torch.tensor([120.0], dtype=torch.bfloat16, requires_grad=True)
+    (expected,) = torch.autograd.grad(cap(a).sum(), a)
+    with DeadZoneMonitor() as monitor:
+        (got,) = torch.autograd.grad(cap(a).sum(), a)
+    assert torch.equal(got, expected) and float(got) > 0
+    assert monitor.rows() == [] and monitor.compiled_regions >= 1
+    answer = monitor.report().answer
+    assert "not counted" in monitor.hidden() and answer[0] == "No tanh or sigmoid ran outside compiled code: nothing was counted."
+    assert answer[1].startswith("1 compiled region ran inside the monitor") or "compiled regions ran" in answer[1]
+
+
+def test_first_zero_from_the_real_stack_table_and_short_file():
+    assert first_zero("torch-eager-cpu", "bfloat16", 50.0).value == 174.0
+    assert first_zero("torch-eager-cpu", "bfloat16", 1.0, "sigmoid").value == first_zero_sigmoid_brute_force()
+    absent = first_zero("flex-attention-cpu", "float32", 50.0)
+    assert absent.value is None and absent.source == "not measured"
+    assert first_zero("torch-eager-cpu", "float64", 30.0).source == "not measured"
+    import transformers
+
+    assert short_file(transformers.__file__) == "transformers/__init__.py"
