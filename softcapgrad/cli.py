@@ -518,6 +518,9 @@ def scan(
     dtype: Annotated[Optional[str], typer.Option(help="Training format, bf16 (default) or fp16: picks the eager path when --path is absent.")] = None,
     path: Annotated[Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all').")] = None,
     key: Annotated[Optional[list[str]], typer.Option("--key", help="Only these tensors (repeatable).")] = None,
+    stored_as: Annotated[
+        Optional[str], typer.Option("--stored-as", help="Format of a .npy whose format np.save lost (an ml_dtypes array).")
+    ] = None,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -538,7 +541,7 @@ def scan(
             if eager is None:
                 raise InputError(f"--dtype {dtype}: give --path for formats other than bf16 and fp16")
             names = [eager]
-        return scan_report(file, c, names, key)
+        return scan_report(file, c, names, key, stored_as)
 
     emit(build, json_out, wide, command="scan")
 

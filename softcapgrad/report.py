@@ -72,6 +72,7 @@ LABELS: dict[str, str] = {
     "fraction": "fraction",
     "max_abs": "largest |a|",
     "nan_count": "NaN values",
+    "inf_count": "±inf values",
     "supported": "supported",
     "reason": "why not",
     "method": "search",
