@@ -16,11 +16,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 PY = sys.executable
 CLI = str(Path(PY).with_name("softcapgrad"))
@@ -280,28 +279,37 @@ def dynamics() -> list[Figure]:
 # --- scan --------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _anon_peak() -> Iterator[list[int]]:
-    """The peak of this process's anonymous resident memory (RssAnon: not the mapped file's pages)
-    above its level at entry, sampled every 2 ms, in bytes."""
-    def anon() -> int:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon"))
+_MEMORY_PROBE = """
+import sys, threading, tracemalloc
+from pathlib import Path
+from softcapgrad import scan
+path = Path(sys.argv[1])
+zones = scan.dead_zones(["eager-bf16"], 30.0)
+def anon():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon"))
+start, peak, stop = anon(), [0], threading.Event()
+def sample():
+    while not stop.is_set():
+        peak[0] = max(peak[0], anon() - start)
+        stop.wait(0.002)
+thread = threading.Thread(target=sample, daemon=True)
+thread.start()
+tracemalloc.start()
+scan.scan_sources(scan.select(scan.open_sources(path), None, path), 30.0, zones)
+traced = tracemalloc.get_traced_memory()[1]
+stop.set(); thread.join()
+print(peak[0], traced)
+"""
 
-    start, peak, stop = anon(), [0], threading.Event()
 
-    def sample() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], anon() - start)
-            stop.wait(0.002)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield peak
-    finally:
-        stop.set()
-        thread.join()
+def _scan_memory(path: Path) -> tuple[int, int]:
+    """In a fresh process, after the imports: the peak of anonymous resident memory (RssAnon, which
+    leaves out the mapped file's pages) above its level before the scan, sampled every 2 ms, and
+    tracemalloc's peak (Python and numpy allocations), in bytes."""
+    out = subprocess.run([PY, "-c", _MEMORY_PROBE, str(path)], check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    anon, traced = out.split()
+    return int(anon), int(traced)
 
 
 def _drop_cache(path: Path) -> None:
@@ -408,10 +416,9 @@ def scan() -> list[Figure]:
                     if "torch" in t:
                         out.append(Figure(f"  the same vs torch's multi-threaded sum", size / t["scan"], size / t["torch"],
                                           unit="GB/s"))
-                with _anon_peak() as peak:
-                    run_scan(path)
-                out.append(Figure(f"  scan's own memory: peak RssAnon above start, MiB (file {mib} MiB)", peak[0] / 2**20,
-                                  unit="MiB"))
+                anon, traced = _scan_memory(path)
+                out.append(Figure(f"  scan's own memory, fresh process: peak RssAnon above start (traced {traced / 2**20:.1f})",
+                                  anon / 2**20, unit="MiB"))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return out
