@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 PY = sys.executable
 CLI = str(Path(PY).with_name("softcapgrad"))
@@ -120,6 +120,20 @@ def reproduce() -> list[Figure]:
 # --- the remedy --------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null: the profiler's C++ side prints its start and stop there."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 def _backward_peak_bytes(f: Callable, x, grad) -> int:
     """Peak bytes the CPU allocator holds during the backward beyond what it held before, from the
     profiler's allocation events (the returned gradient counts; the saved tensors do not)."""
@@ -128,8 +142,7 @@ def _backward_peak_bytes(f: Callable, x, grad) -> int:
 
     xr = x.detach().requires_grad_(True)
     y = f(xr)
-    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), \
-            profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         y.backward(grad)
     sizes: list[tuple[int, int]] = []
 

@@ -154,11 +154,14 @@ def test_thousands_of_tensors_and_non_float_ones_skipped(tmp_path):
     rng = np.random.default_rng(2)
     tensors = {f"layer{i}.w": (rng.normal(0, 40, 16) + (120 if i % 500 == 0 else 0)).astype(np.float32) for i in range(3000)}
     tensors["steps"] = np.arange(3, dtype=np.int64)
+    tensors["mask"] = np.ones(4, dtype=np.uint8)
     save_np(tensors, str(tmp_path / "many.safetensors"))
     report = scan.scan_report(tmp_path / "many.safetensors", C, ["eager-bf16"], None)
     rows = report.tables[0].rows
-    assert len(rows) == 3000 and "steps" not in {r["name"] for r in rows}
-    assert sum(r["beyond_eager-bf16"] for r in rows) == sum(_brute(v, _zone("eager-bf16")) for k, v in tensors.items() if k != "steps")
+    assert len(rows) == 3000 and not {"steps", "mask"} & {r["name"] for r in rows}
+    assert sum(r["beyond_eager-bf16"] for r in rows) == sum(_brute(v, _zone("eager-bf16")) for v in tensors.values() if v.dtype.kind == "f")
+    with pytest.raises(scan.InputError, match="'mask' holds U8, not floating-point"):
+        scan.scan_report(tmp_path / "many.safetensors", C, ["eager-bf16"], ["mask"])
 
 
 def test_sampled_distribution_exact_counts(tmp_path, monkeypatch):
