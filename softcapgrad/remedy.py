@@ -16,8 +16,9 @@ table is ``cap·tanh(v/cap)`` over every value v (kept only where torch's vector
 kernels agree on every value, so the look-up equals eager wherever eager runs; otherwise the
 forward is the formula itself), the backward table is the fp32 ``sech²(v/cap)``. Both walk the
 tensor in cache-sized chunks, so the backward needs no scratch beyond the gradient it returns.
-Wider formats, other devices, and a backward that builds a graph (``create_graph=True``) run the
-formula op by op.
+Wider formats, other devices, a backward that builds a graph (``create_graph=True``) and any run
+under a dispatch mode (``softcapgrad.DeadZoneMonitor`` sees the formula's tanh) run the formula op
+by op.
 
 Under ``torch.compile`` the function is traced as the formula, and the compiler fuses it: it
 reads the input once and computes ``x/cap``, ``tanh`` and ``·cap`` in fp32 before one rounding,
@@ -111,7 +112,11 @@ def _chunked_backward(x: torch.Tensor, grad: torch.Tensor, cap: float) -> torch.
 
 
 def _fast(x: torch.Tensor) -> bool:
-    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+    """The table and chunk paths: on the CPU, not while torch.compile traces, and not under a dispatch
+    mode (a DeadZoneMonitor, a FLOP counter, fake tensors), which must see the formula's own ops."""
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    return x.device.type == "cpu" and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
 
 
 class _CapFromInput(torch.autograd.Function):

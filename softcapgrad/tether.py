@@ -109,9 +109,13 @@ class TetherGate(nn.Module):
 
 
 def _chunked(s: torch.Tensor, theta: torch.Tensor, floor: torch.Tensor) -> bool:
-    """The chunked CPU path: fp32 throughout, a detached signal, not while torch.compile traces."""
+    """The chunked CPU path: fp32 throughout, a detached signal, not while torch.compile traces and
+    not under a dispatch mode (a monitor or a FLOP counter sees the formula's ops, once each)."""
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
     return (s.device.type == "cpu" and not s.requires_grad and not torch.compiler.is_compiling()
-            and s.dtype == theta.dtype == floor.dtype == torch.float32 and s.numel() >= chunks.CHUNK)
+            and s.dtype == theta.dtype == floor.dtype == torch.float32 and s.numel() >= chunks.CHUNK
+            and not is_in_torch_dispatch_mode())
 
 
 class _Gate(torch.autograd.Function):

@@ -102,6 +102,31 @@ def test_remedy_backward_paths_agree_bit_for_bit():
     assert g_graph.requires_grad  # the formula's backward: differentiable once more
 
 
+def test_remedy_under_a_dispatch_mode_runs_the_formula():
+    """A mode (a monitor, a FLOP counter) sees the formula's tanh on the caller's tensor, never a table
+    being built or looked up; TetherGate's chunked path steps aside the same way."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from softcapgrad.tether import TetherGate
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append((str(func.overloadpacket), args[0].numel() if args and isinstance(args[0], torch.Tensor) else 0))
+            return func(*args, **(kwargs or {}))
+
+    x = (torch.randn(3000, generator=torch.Generator().manual_seed(0)) * 200).to(torch.bfloat16).requires_grad_(True)
+    with Seen() as seen:
+        softcapgrad.softcap(x, 31.7).sum().backward()
+        TetherGate(64)(torch.randn(600, 64))
+    names = [op for op, _ in seen.ops]
+    assert ("aten.tanh", 3000) in seen.ops and "aten.index_select" not in names
+    assert names.count("aten.sigmoid") == 1  # the gate's formula once, not once per chunk
+
+
 def test_dynamics_remedy_converges_where_eager_stalls():
     s = Setting(cap=30.0)
     bf16 = np.dtype(ml_dtypes.bfloat16)
