@@ -83,22 +83,30 @@ def _patterns(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 def _lookup_forward(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=x.dtype)
     xf, zf = chunks.flat_view(x), out.view(-1)
-    index = torch.empty(min(chunks.CHUNK, xf.numel()), dtype=torch.int32)
-    for span in chunks.row_spans(xf.numel(), 1):
-        torch.index_select(table, 0, _patterns(xf[span], index), out=zf[span])
+
+    def work(spans: list[slice]) -> None:
+        index = torch.empty(min(chunks.CHUNK, xf.numel()), dtype=torch.int32)
+        for span in spans:
+            torch.index_select(table, 0, _patterns(xf[span], index), out=zf[span])
+
+    chunks.each_share(xf.numel(), 1, work)
     return out
 
 
 def _lookup_backward(x: torch.Tensor, grad: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=x.dtype)
     xf, gf, of = chunks.flat_view(x), chunks.flat_view(grad), out.view(-1)
-    n = min(chunks.CHUNK, xf.numel())
-    index, s = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32)
-    for span in chunks.row_spans(xf.numel(), 1):
-        xs = xf[span]
-        ss = s[:xs.numel()]
-        torch.index_select(table, 0, _patterns(xs, index), out=ss)
-        torch.mul(ss, gf[span], out=of[span])  # fp32 product, one rounding to the format
+
+    def work(spans: list[slice]) -> None:
+        n = min(chunks.CHUNK, xf.numel())
+        index, s = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32)
+        for span in spans:
+            xs = xf[span]
+            ss = s[:xs.numel()]
+            torch.index_select(table, 0, _patterns(xs, index), out=ss)
+            torch.mul(ss, gf[span], out=of[span])  # fp32 product, one rounding to the format
+
+    chunks.each_share(xf.numel(), 1, work)
     return out
 
 
@@ -106,8 +114,12 @@ def _chunked_backward(x: torch.Tensor, grad: torch.Tensor, cap: float) -> torch.
     """The formula's backward for fp32 input, chunk by chunk: scratch of one chunk, not one tensor."""
     out = torch.empty(x.shape, dtype=x.dtype)
     xf, gf, of = chunks.flat_view(x), chunks.flat_view(grad), out.view(-1)
-    for span in chunks.row_spans(xf.numel(), 1):
-        torch.mul(sech2_fp32(xf[span], cap), gf[span], out=of[span])
+
+    def work(spans: list[slice]) -> None:
+        for span in spans:
+            torch.mul(sech2_fp32(xf[span], cap), gf[span], out=of[span])
+
+    chunks.each_share(xf.numel(), 1, work)
     return out
 
 

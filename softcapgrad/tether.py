@@ -124,9 +124,10 @@ class _Gate(torch.autograd.Function):
     Per value, forward and backward are the operations autograd runs on the formula, in its
     order: s − θ, ·β, clamp, σ, (1 − F)·σ, F + ·; backward σ'·g where arg_min ≤ β(s − θ) ≤ arg_max
     (clamp passes the gradient at its bounds), else 0. Two differences: the sum over the batch
-    runs chunk by chunk into float64, and ·(1 − F)·(−β) is applied once per gate after the sum, so
-    the gradient of θ agrees with autograd's to float32 rounding, not bit for bit. The backward
-    recomputes β(s − θ) from the signal, which the caller holds anyway, instead of saving it.
+    runs chunk by chunk into float64 (one partial sum per thread, added in order), and ·(1 − F)·(−β)
+    is applied once per gate after the sum, so the gradient of θ agrees with autograd's to float32
+    rounding, not bit for bit. The backward recomputes β(s − θ) from the signal, which the caller
+    holds anyway, instead of saving it.
     """
 
     @staticmethod
@@ -136,11 +137,16 @@ class _Gate(torch.autograd.Function):
         width = theta.numel()
         s2 = chunks.rows_view(s, width)
         out = torch.empty(s2.shape, dtype=s.dtype)
-        a, open_ = chunks.scratch(s2.shape[0], width), 1.0 - floor
-        for span in chunks.row_spans(s2.shape[0], width):
-            x, y = a[:s2[span].shape[0]], out[span]
-            torch.sub(s2[span], theta, out=x).mul_(beta).clamp_(lo, hi).sigmoid_()
-            torch.mul(open_, x, out=y).add_(floor)
+        open_ = 1.0 - floor
+
+        def work(spans: list[slice]) -> None:
+            a = chunks.scratch(s2.shape[0], width)
+            for span in spans:
+                x, y = a[:s2[span].shape[0]], out[span]
+                torch.sub(s2[span], theta, out=x).mul_(beta).clamp_(lo, hi).sigmoid_()
+                torch.mul(open_, x, out=y).add_(floor)
+
+        chunks.each_share(s2.shape[0], width, work)
         return out.view(s.shape)
 
     @staticmethod
@@ -149,19 +155,24 @@ class _Gate(torch.autograd.Function):
         beta, lo, hi = ctx.constants
         width = theta.numel()
         s2, g2 = chunks.rows_view(s, width), chunks.rows_view(grad, width)
-        a, y = chunks.scratch(s2.shape[0], width), chunks.scratch(s2.shape[0], width)
-        inside = chunks.scratch(s2.shape[0], width, torch.bool)
         zero = torch.zeros((), dtype=s.dtype)
-        total, part = torch.zeros(width, dtype=torch.float64), torch.empty(width, dtype=s.dtype)
-        for span in chunks.row_spans(s2.shape[0], width):
-            rows = s2[span].shape[0]
-            x, c, m = a[:rows], y[:rows], inside[:rows]
-            torch.sub(s2[span], theta, out=x).mul_(beta)
-            torch.clamp(x, lo, hi, out=c)
-            torch.eq(x, c, out=m)  # inside the clamp (NaN: outside, as autograd's mask)
-            torch.ops.aten.sigmoid_backward.grad_input(g2[span], c.sigmoid_(), grad_input=x)
-            torch.where(m, x, zero, out=x)
-            total.add_(torch.sum(x, 0, out=part))
+
+        def work(spans: list[slice]) -> torch.Tensor:
+            a, y = chunks.scratch(s2.shape[0], width), chunks.scratch(s2.shape[0], width)
+            inside = chunks.scratch(s2.shape[0], width, torch.bool)
+            total, part = torch.zeros(width, dtype=torch.float64), torch.empty(width, dtype=s.dtype)
+            for span in spans:
+                rows = s2[span].shape[0]
+                x, c, m = a[:rows], y[:rows], inside[:rows]
+                torch.sub(s2[span], theta, out=x).mul_(beta)
+                torch.clamp(x, lo, hi, out=c)
+                torch.eq(x, c, out=m)  # inside the clamp (NaN: outside, as autograd's mask)
+                torch.ops.aten.sigmoid_backward.grad_input(g2[span], c.sigmoid_(), grad_input=x)
+                torch.where(m, x, zero, out=x)
+                total.add_(torch.sum(x, 0, out=part))
+            return total
+
+        total = sum(chunks.each_share(s2.shape[0], width, work))  # float64 partial sums, in share order
         return None, total.mul_(1.0 - floor).mul_(-beta).to(theta.dtype), None, None, None, None
 
 
