@@ -87,6 +87,13 @@ def dead_zones(names: list[str], c: float, sigmoid=None) -> list[DeadZone]:
     return out
 
 
+def from_stack(zone) -> DeadZone:
+    """A ``stacks.DeadZone`` (a real stack's zone, measured or recorded) as the scan's: a side it
+    does not know (None) counts nothing."""
+    return DeadZone(zone.path, zone.scores, math.inf if zone.above is None else zone.above,
+                    -math.inf if zone.below is None else zone.below)
+
+
 # --- reading -------------------------------------------------------------------------------------
 
 # safetensors dtype names -> numpy formats (packed 4- and 6-bit types are refused)

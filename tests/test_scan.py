@@ -56,6 +56,14 @@ def test_sigmoid_dead_zone_is_one_sided_and_its_negative_end_searched():
         assert not zone.one_sided and zone.first_zero_below == -zone.first_zero
 
 
+def test_a_real_stacks_zone_feeds_the_scan():
+    from softcapgrad import stacks
+
+    zone = scan.from_stack(stacks.dead_zone("torch-eager-cpu", C, "bfloat16"))
+    assert (zone.scores, zone.first_zero, zone.first_zero_below) == ("bfloat16", 104.0, -104.0)
+    assert _one_from(np.array([103.5, 104.0, -200.0], np.float32), [zone]).beyond[0]["count"] == 2
+
+
 def test_large_negative_values_live_for_the_sigmoid_dead_for_tanh(tmp_path):
     a = np.concatenate([np.full(1000, -500.0), np.full(10, 500.0)]).astype(np.float32)
     np.save(tmp_path / "neg.npy", a)
@@ -120,9 +128,9 @@ def test_npy_of_ml_dtypes_big_endian_and_long_double(tmp_path):
     assert _one(tmp_path / "f8.npy", stored_as="fp8_e4m3fn").beyond[0]["count"] == 2
 
 
-def _one_from(a: np.ndarray) -> scan.Scan:
+def _one_from(a: np.ndarray, zones=None) -> scan.Scan:
     source = scan.Source("a", a.dtype.name, a.size, a.nbytes, lambda: [lambda: a])
-    return scan.scan_sources([source], C, scan.dead_zones(["eager-bf16"], C))[0]
+    return scan.scan_sources([source], C, zones or [_zone("eager-bf16")])[0]
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
