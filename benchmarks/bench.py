@@ -84,8 +84,15 @@ def show(figures: list[Figure]) -> None:
 # --- start-up --------------------------------------------------------------------------------
 
 
+def _bytecode() -> None:
+    """Compile the package's bytecode as pip does on install: with PYTHONDONTWRITEBYTECODE set (as on
+    this machine) an editable checkout would otherwise compile every module on every start."""
+    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "softcapgrad")], check=True)
+
+
 def startup() -> list[Figure]:
     """--help and the numpy-only commands against importing what every command imports."""
+    _bytecode()
     base = "import numpy, ml_dtypes, typer, rich (baseline)"
     runs = {base: command(PY, "-c", "import numpy, ml_dtypes, typer, rich")}
     for args in (["--help"], ["--version"], ["ratchet"], ["knee"]):
@@ -102,6 +109,7 @@ DEFAULTS = (["identity"], ["ratchet"], ["knee"], ["horizon"], ["dynamics"], ["ga
 
 def commands() -> list[Figure]:
     """Each subcommand with its defaults, under 2 s; beside it the floor of any command that needs torch."""
+    _bytecode()
     floor = "python -c 'import torch' (floor of the torch commands)"
     runs = {floor: command(PY, "-c", "import torch")}
     runs.update({f"softcapgrad {' '.join(a)}": command(CLI, *a) for a in DEFAULTS})
