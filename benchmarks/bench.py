@@ -421,7 +421,7 @@ def scan() -> list[Figure]:
 
     out = []
     for mib in sizes:
-        folder = Path(tempfile.mkdtemp(prefix="softcapgrad-bench-", dir="/tmp"))
+        folder = Path(tempfile.mkdtemp(prefix="softcapgrad-bench-"))  # the system temporary folder (TMPDIR)
         try:
             for kind, path in _write_files(folder, mib).items():
                 size = path.stat().st_size / 1e9  # GB
