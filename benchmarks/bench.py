@@ -1,127 +1,466 @@
-"""Speed figures (not tests): cold starts, `reproduce`, and the heavier investigations.
+"""Speed figures (not tests), each a ratio against a baseline measured in the same run.
 
-Run with `make bench`. Each figure is the median of a few runs on this machine.
+`make bench` runs every section; `python benchmarks/bench.py startup scan` runs the named ones, and
+BENCH_SCAN_MIB=128,512 picks the scan's file sizes (default 128, 512 and 1024 MiB). A candidate and
+its baseline run interleaved (A, B, A, B, ...) and each figure is the median of its runs, so load
+from other processes on a shared machine falls on both alike. Every line gives the candidate's
+figure, the baseline's, their ratio, the target and whether this run met it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
 
 PY = sys.executable
-REPEAT = 9
+CLI = str(Path(PY).with_name("softcapgrad"))
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def wall(cmd: list[str], repeat: int = REPEAT) -> float:
-    times = []
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    value: float  # seconds, or what ``unit`` says
+    baseline: float | None = None  # the same quantity for the baseline, this run
+    target: str = ""  # e.g. "<= 1.25x"; a ratio target is checked against value/baseline
+    limit: float | None = None  # the number the target compares with
+    unit: str = "s"
+    higher_is_better: bool = False  # throughput: the ratio is value/baseline and must reach the limit
+
+    @property
+    def ratio(self) -> float | None:
+        return None if not self.baseline else self.value / self.baseline
+
+    @property
+    def met(self) -> bool | None:
+        if self.limit is None:
+            return None
+        measured = self.ratio if "x" in self.target else self.value
+        if measured is None:
+            return None
+        return measured >= self.limit if self.higher_is_better else measured <= self.limit
+
+
+def interleaved(runs: dict[str, Callable[[], object]], repeat: int, before: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Median seconds of each callable, run in turn ``repeat`` times; ``before(name)`` runs untimed first."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in runs.items():
+            if before:
+                before(name)
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
-def timed(fn: Callable[[], object], repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def command(*args: str) -> Callable[[], None]:
+    return lambda: subprocess.run(list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
 
 
-def cold_starts() -> list[tuple[str, float, str]]:
-    base = wall([PY, "-c", "import numpy, ml_dtypes, typer, rich"])
-    rows = [("import numpy, ml_dtypes, typer, rich (baseline)", base, "")]
-    for args in (["ratchet"], ["knee", "--dtype", "bf16", "--cap", "30"]):
-        t = wall([PY, "-m", "softcapgrad", *args])
-        rows.append((f"softcapgrad {' '.join(args)}", t, f"{t / base:.2f}x baseline (target <= 1.5x)"))
-    return rows
+def _value(f: Figure) -> str:
+    if f.unit == "s":
+        return f"{f.value * 1e3:9.1f} ms" if f.value < 10 else f"{f.value:9.2f} s "
+    return f"{f.value:9.2f} {f.unit}"
 
 
-def reproduce() -> list[tuple[str, float, str]]:
-    t = wall(["make", "--no-print-directory", "-s", "reproduce"], repeat=1)
-    return [("make reproduce (ledger and figures, installed already)", t, "target < 15 s")]
+def show(figures: list[Figure]) -> None:
+    for f in figures:
+        base = "" if f.baseline is None else _value(Figure("", f.baseline, unit=f.unit)).strip()
+        ratio = "" if f.ratio is None else f"{f.ratio:6.2f}x"
+        verdict = {True: "met", False: "MISSED", None: ""}[f.met]
+        print(f"{f.name:<66} {_value(f)}  {base:>12}  {ratio:>7}  {f.target:<14} {verdict}", flush=True)
 
 
-def dynamics() -> list[tuple[str, float, str]]:
-    from softcapgrad.dynamics import Setting, headline, sweep
-
-    s = Setting(cap=30.0)
-    return [
-        ("dynamics default (a0 = 40, c = 30, float64), both runs", timed(lambda: headline(40.0, s)), "target < 1 s"),
-        ("dynamics sweep a0 = 10..130 (13 starts, vectorised)", timed(lambda: sweep([float(x) for x in range(10, 131, 10)], s), 1), ""),
-    ]
+# --- start-up --------------------------------------------------------------------------------
 
 
-def tether_step() -> list[tuple[str, float, str]]:
-    import torch
-
-    from softcapgrad.tether import FloorSchedule, TetherGate, tethergate_step, tethergate_step_per_gate
-
-    gate = TetherGate(1000)
-    gate.ema_s.copy_(torch.linspace(-1, 1, 1000))
-    sched = FloorSchedule("exp", ramp_start=0, tau=100.0)
-    steps = 20
-    vec = timed(lambda: [tethergate_step(gate, t, sched, lr=1e-3, wd=20.0) for t in range(1, steps + 1)]) / steps
-    loop = timed(lambda: [tethergate_step_per_gate(gate, t, sched, lr=1e-3, wd=20.0) for t in range(1, steps + 1)], 1) / steps
-    return [
-        ("tethergate_step, 1,000 gates, tensor ops (per step)", vec, ""),
-        ("tethergate_step_per_gate, 1,000 gates, one read per gate (per step)", loop, f"{loop / vec:.0f}x slower"),
-    ]
+def _bytecode() -> None:
+    """Compile the package's bytecode as pip does on install: with PYTHONDONTWRITEBYTECODE set (as on
+    this machine) an editable checkout would otherwise compile every module on every start."""
+    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "softcapgrad")], check=True)
 
 
-def remedy() -> list[tuple[str, float, str]]:
+def startup() -> list[Figure]:
+    """--help and the numpy-only commands against importing what every command imports."""
+    _bytecode()
+    base = "import numpy, ml_dtypes, typer, rich (baseline)"
+    runs = {base: command(PY, "-c", "import numpy, ml_dtypes, typer, rich")}
+    for args in (["--help"], ["--version"], ["ratchet"], ["knee"]):
+        runs[f"softcapgrad {' '.join(args)}"] = command(CLI, *args)
+    t = interleaved(runs, repeat=11)
+    return [Figure(base, t[base])] + [Figure(k, v, t[base], "<= 1.25x", 1.25) for k, v in t.items() if k != base]
+
+
+# --- every command with its defaults ---------------------------------------------------------
+
+DEFAULTS = (["identity"], ["ratchet"], ["knee"], ["horizon"], ["dynamics"], ["gate-demo"], ["tether-demo"],
+            ["scan", "examples/logits.safetensors"], ["dynamics", "--dtype", "bf16", "--a0", "110", "--backward", "remedy"])
+
+
+def commands() -> list[Figure]:
+    """Each subcommand with its defaults, under 2 s; beside it the floor of any command that needs torch."""
+    _bytecode()
+    floor = "python -c 'import torch' (floor of the torch commands)"
+    runs = {floor: command(PY, "-c", "import torch")}
+    runs.update({f"softcapgrad {' '.join(a)}": command(CLI, *a) for a in DEFAULTS})
+    t = interleaved(runs, repeat=3)
+    return [Figure(floor, t[floor])] + [Figure(k, v, t[floor], "< 2 s", 2.0) for k, v in t.items() if k != floor]
+
+
+def reproduce() -> list[Figure]:
+    """make reproduce on an installed venv; the committed results must come out unchanged."""
+    t = interleaved({"make reproduce": command("make", "--no-print-directory", "-s", "reproduce")}, repeat=2)
+    changed = subprocess.run(["git", "status", "--porcelain", "results"], cwd=ROOT, capture_output=True, text=True).stdout
+    note = "results/ unchanged" if not changed.strip() else "results/ CHANGED: " + " ".join(changed.split()[1::2])
+    return [Figure(f"make reproduce ({note})", t["make reproduce"], None, "< 10 s", 10.0)]
+
+
+# --- the remedy --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null: the profiler's C++ side prints its start and stop there."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _backward_peak_bytes(f: Callable, x, grad) -> int:
+    """Peak bytes the CPU allocator holds during the backward beyond what it held before, from the
+    profiler's allocation events (the returned gradient counts; the saved tensors do not)."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    xr = x.detach().requires_grad_(True)
+    y = f(xr)
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        y.backward(grad)
+    sizes: list[tuple[int, int]] = []
+
+    def walk(e) -> None:
+        if e.tag == _EventType.Allocation:
+            sizes.append((e.start_time_ns, e.extra_fields.alloc_size))
+        for child in e.children:
+            walk(child)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root)
+    live = peak = 0
+    for _, n in sorted(sizes):
+        live += n
+        peak = max(peak, live)
+    return peak
+
+
+def remedy() -> list[Figure]:
+    import warnings
+
     import torch
 
     import softcapgrad
 
-    x = (torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) * 60).to(torch.bfloat16)
+    warnings.filterwarnings("ignore")
+    gen = torch.Generator().manual_seed(0)
+    formula = lambda t: 30.0 * torch.tanh(t / 30.0)  # noqa: E731
+    fixed = lambda t: softcapgrad.softcap(t, 30.0)  # noqa: E731
 
-    def fwd_bwd(f) -> Callable[[], object]:
+    def fwd_bwd(f, x) -> Callable[[], object]:
+        grad = torch.ones_like(x)
+
         def run() -> object:
             xr = x.detach().requires_grad_(True)
-            f(xr).backward(torch.ones_like(xr))
+            f(xr).backward(grad)
             return xr.grad
 
         return run
 
-    eager = timed(fwd_bwd(lambda t: 30.0 * torch.tanh(t / 30.0)), 5)
-    fixed = timed(fwd_bwd(lambda t: softcapgrad.softcap(t, 30.0)), 5)
+    out = []
+    for shape in ((4096, 4096), (8, 16, 1024, 1024)):
+        x = (torch.randn(*shape, generator=gen) * 60).to(torch.bfloat16)
+        label = "×".join(map(str, shape))
+        t = interleaved({"formula": fwd_bwd(formula, x), "remedy": fwd_bwd(fixed, x)}, repeat=5)
+        out.append(Figure(f"softcap fwd+bwd vs 30·tanh(x/30), bf16 {label}", t["remedy"], t["formula"], "<= 1.1x", 1.1))
+        del x
+    x = (torch.randn(4096, 4096, generator=gen) * 60).to(torch.bfloat16)
+    for name, grad in (("ones", torch.ones_like(x)), ("from .sum()", torch.ones((), dtype=x.dtype).expand(x.shape))):
+        mine, theirs = _backward_peak_bytes(fixed, x, grad), _backward_peak_bytes(formula, x, grad)
+        out.append(Figure(f"softcap backward peak memory vs the formula's (upstream {name}), MiB", mine / 2**20,
+                          theirs / 2**20, "<= 1.0x", 1.0, unit="MiB"))
+    compiled_formula = torch.compile(formula, fullgraph=True)
+    compiled_fixed = torch.compile(fixed, fullgraph=True)
+    t0 = time.perf_counter()
+    for f in (compiled_formula, compiled_fixed):
+        fwd_bwd(f, x)()
+    compile_s = time.perf_counter() - t0
+    t = interleaved({"formula": fwd_bwd(compiled_formula, x), "remedy": fwd_bwd(compiled_fixed, x)}, repeat=7)
+    out.append(Figure(f"compiled softcap fwd+bwd vs compiled formula, bf16 4096×4096 (compiles: {compile_s:.0f} s)",
+                      t["remedy"], t["formula"], "<= 1.05x", 1.05))
+    v = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    v = v[~v.isnan()]
+    with torch.no_grad():
+        eager, compiled = formula(v), compiled_fixed(v)
+    ulps = (eager.view(torch.int16).int() - compiled.view(torch.int16).int()).abs()
+    xe, xc = v.clone().requires_grad_(True), v.clone().requires_grad_(True)
+    fixed(xe).sum().backward()
+    compiled_fixed(xc).sum().backward()
+    out.append(Figure(f"compiled softcap forward ≠ eager: bf16 values differing (of {v.numel():,}; most {int(ulps.max())} ulps; "
+                      f"gradients {'identical' if torch.equal(xe.grad, xc.grad) else 'DIFFER'})", int((ulps > 0).sum()), unit="values"))
+    return out
+
+
+# --- TetherGate --------------------------------------------------------------------------------
+
+
+def tether() -> list[Figure]:
+    import torch
+
+    from softcapgrad.tether import FloorSchedule, TetherGate, tethergate_step, tethergate_step_per_gate
+
+    gen = torch.Generator().manual_seed(0)
+    s = torch.randn(32, 2048, 1024, generator=gen)
+    grad = torch.randn(32, 2048, 1024, generator=gen)
+    theta = torch.zeros(1024, requires_grad=True)
+    gate = TetherGate(1024).train()
+    gate.floor.fill_(0.5)
+
+    def plain() -> None:
+        torch.sigmoid(6.0 * (s - theta)).backward(grad)
+
+    def tethered() -> None:
+        gate(s).backward(grad)
+
+    def plain_forward() -> None:
+        with torch.no_grad():
+            torch.sigmoid(6.0 * (s - theta))
+
+    def tethered_forward() -> None:
+        with torch.no_grad():
+            gate(s)
+
+    t = interleaved({"plain": plain, "tether": tethered, "plain fwd": plain_forward, "tether fwd": tethered_forward,
+                     "ema": lambda: gate._observe(s)}, repeat=5)
+    step_gate = TetherGate(1000)
+    step_gate.ema_s.copy_(torch.linspace(-1, 1, 1000))
+    sched = FloorSchedule("exp", ramp_start=0, tau=100.0)
+    steps = interleaved({
+        "vector": lambda: [tethergate_step(step_gate, i, sched, lr=1e-3, wd=20.0) for i in range(1, 21)],
+        "loop": lambda: [tethergate_step_per_gate(step_gate, i, sched, lr=1e-3, wd=20.0) for i in range(1, 21)],
+    }, repeat=1)
     return [
-        ("eager 30·tanh(x/30), bf16 4096×4096, forward+backward", eager, ""),
-        ("softcapgrad.softcap, bf16 4096×4096, forward+backward", fixed, f"{fixed / eager:.2f}x eager (target <= 1.5x)"),
+        Figure("TetherGate train fwd+bwd vs sigmoid(6(s − θ)), (32, 2048, 1024)", t["tether"], t["plain"], "<= 1.3x", 1.3),
+        Figure("TetherGate train forward vs the plain gate's", t["tether fwd"], t["plain fwd"]),
+        Figure("  of which the EMA update (share of TetherGate fwd+bwd)", t["ema"], t["tether"]),
+        Figure("tethergate_step, 1,000 gates, tensor ops, vs one host read per gate (per step)", steps["vector"] / 20,
+               steps["loop"] / 20),
     ]
 
 
-def stacks() -> list[tuple[str, float, str]]:
+# --- dynamics ----------------------------------------------------------------------------------
+
+
+def dynamics() -> list[Figure]:
+    import ml_dtypes
+    import numpy as np
+
+    from softcapgrad.dynamics import Setting, descend_autograd, descend_by_table, headline, sweep
+
+    s = Setting(cap=30.0)
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    start = np.array([110.0])  # the README's example: about 6,900 steps
+    t = interleaved({
+        "table": lambda: descend_by_table(start, Setting(cap=30.0, lr=1.0 + 2**-20), True, bf16, "remedy"),  # a fresh table
+        "autograd": lambda: descend_autograd(start, s, True, bf16, "remedy"),
+    }, repeat=1)
+    t_default = interleaved({"default": lambda: headline(40.0, s)}, repeat=3)
+    t_sweep = interleaved({"sweep": lambda: sweep([float(x) for x in range(10, 131, 10)], s)}, repeat=1)
+    return [
+        Figure("bf16 descent from a0 = 110 (remedy): table of every value's step vs autograd per step", t["table"], t["autograd"]),
+        Figure("dynamics default (a0 = 40, c = 30, float64), both runs", t_default["default"], None, "< 1 s", 1.0),
+        Figure("dynamics sweep a0 = 10..130 (13 starts, float64)", t_sweep["sweep"]),
+    ]
+
+
+# --- scan --------------------------------------------------------------------------------------
+
+
+_MEMORY_PROBE = """
+import sys, threading, tracemalloc
+from pathlib import Path
+from softcapgrad import scan
+path = Path(sys.argv[1])
+zones = scan.dead_zones(["eager-bf16"], 30.0)
+def anon():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon"))
+start, peak, stop = anon(), [0], threading.Event()
+def sample():
+    while not stop.is_set():
+        peak[0] = max(peak[0], anon() - start)
+        stop.wait(0.002)
+thread = threading.Thread(target=sample, daemon=True)
+thread.start()
+tracemalloc.start()
+scan.scan_sources(scan.select(scan.open_sources(path), None, path), 30.0, zones)
+traced = tracemalloc.get_traced_memory()[1]
+stop.set(); thread.join()
+print(peak[0], traced)
+"""
+
+
+def _scan_memory(path: Path) -> tuple[int, int]:
+    """In a fresh process, after the imports: the peak of anonymous resident memory (RssAnon, which
+    leaves out the mapped file's pages) above its level before the scan, sampled every 2 ms, and
+    tracemalloc's peak (Python and numpy allocations), in bytes."""
+    out = subprocess.run([PY, "-c", _MEMORY_PROBE, str(path)], check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    anon, traced = out.split()
+    return int(anon), int(traced)
+
+
+def _drop_cache(path: Path) -> None:
+    """Evict the file from the page cache (posix_fadvise DONTNEED on this file only)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _write_files(folder: Path, mib: int) -> dict[str, Path]:
+    """Logits N(0, 40²): float32 .npy and .pt, bfloat16 .safetensors (a checkpoint's format), ``mib`` MiB each."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    n32 = (mib << 20) // 4
+    rng = np.random.default_rng(0)
+    npy = folder / f"logits{mib}.npy"
+    data = np.lib.format.open_memmap(npy, mode="w+", dtype=np.float32, shape=(n32,))
+    for start in range(0, n32, 1 << 24):
+        data[start:start + (1 << 24)] = rng.normal(0, 40, min(1 << 24, n32 - start)).astype(np.float32)
+    data.flush()
+    t = torch.from_numpy(np.asarray(data))
+    torch.save({"logits": t}, folder / f"logits{mib}.pt")
+    half = torch.empty(2 * n32, dtype=torch.bfloat16)
+    half[:n32], half[n32:] = t.to(torch.bfloat16), (-t).to(torch.bfloat16)
+    save_file({"weights": half}, str(folder / f"weights{mib}.safetensors"))
+    del data, t, half
+    return {".npy float32": npy, ".safetensors bfloat16": folder / f"weights{mib}.safetensors",
+            ".pt float32": folder / f"logits{mib}.pt"}
+
+
+def _raw_numpy(path: Path) -> None:
+    """The baseline: every value read through the kind's own reader and summed by numpy, one thread."""
+    import numpy as np
+
+    def total(a) -> None:
+        a = np.asarray(a)
+        np.add.reduce(a.view(f"u{a.dtype.itemsize}"), dtype=np.uint64)
+
+    if path.suffix == ".npy":
+        m = np.load(path, mmap_mode="r")
+        for i in range(0, m.size, 1 << 20):
+            total(m[i:i + (1 << 20)])
+    elif path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="numpy") as f:
+            for k in f.keys():
+                part = f.get_slice(k)
+                for i in range(0, part.get_shape()[0], 1 << 20):
+                    total(part[i:i + (1 << 20)])
+    else:
+        import torch
+
+        for t in torch.load(path, mmap=True, weights_only=True).values():
+            flat = t.reshape(-1)
+            for i in range(0, flat.numel(), 1 << 20):
+                total(flat[i:i + (1 << 20)].view({2: torch.int16, 4: torch.int32}[t.element_size()]).numpy())
+
+
+def _raw_torch(path: Path) -> None:
+    """A second reference: torch's multi-threaded sum over the kind's reader (none for .npy)."""
+    import torch
+
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            for k in f.keys():
+                f.get_tensor(k).sum()
+    elif path.suffix == ".pt":
+        for t in torch.load(path, mmap=True, weights_only=True).values():
+            t.sum()
+
+
+def scan() -> list[Figure]:
+    from softcapgrad import scan as scanning
+
+    sizes = [int(x) for x in os.environ.get("BENCH_SCAN_MIB", "128,512,1024").split(",")]
+    zones = scanning.dead_zones(["eager-bf16"], 30.0)
+
+    def run_scan(path: Path) -> None:
+        scanning.scan_sources(scanning.select(scanning.open_sources(path), None, path), 30.0, zones)
+
+    out = []
+    for mib in sizes:
+        folder = Path(tempfile.mkdtemp(prefix="softcapgrad-bench-"))  # the system temporary folder (TMPDIR)
+        try:
+            for kind, path in _write_files(folder, mib).items():
+                size = path.stat().st_size / 1e9  # GB
+                runs = {"raw": lambda: _raw_numpy(path), "scan": lambda: run_scan(path)}
+                if path.suffix != ".npy":
+                    runs["torch"] = lambda: _raw_torch(path)
+                _raw_numpy(path)  # warm the page cache
+                warm = interleaved(runs, repeat=3)
+                cold = interleaved(runs, repeat=3, before=lambda _: _drop_cache(path))
+                for mode, t in (("warm", warm), ("cold", cold)):
+                    out.append(Figure(f"scan {mib} MiB {kind}, {mode} cache, GB/s vs numpy raw read",
+                                      size / t["scan"], size / t["raw"], ">= 0.33x", 1 / 3, "GB/s", True))
+                    if "torch" in t:
+                        out.append(Figure(f"  the same vs torch's multi-threaded sum", size / t["scan"], size / t["torch"],
+                                          unit="GB/s"))
+                anon, traced = _scan_memory(path)
+                out.append(Figure(f"  scan's own memory, fresh process: peak RssAnon above start (traced {traced / 2**20:.1f})",
+                                  anon / 2**20, unit="MiB"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+# --- stacks ------------------------------------------------------------------------------------
+
+
+def stacks() -> list[Figure]:
     """horizon --path in a fresh process: torch.compile's graphs come from inductor's on-disk cache once warm."""
-    one = [PY, "-m", "softcapgrad", "horizon", "--cap", "30", "--scores", "bf16", "--path"]
-    eager = wall([*one, "torch-eager-cpu"], repeat=3)
-    compiled = wall([*one, "torch-compile-cpu"], repeat=3)
-    every = wall([PY, "-m", "softcapgrad", "horizon", "--path", "all", "--cap", "30", "--cap", "50"], repeat=1)
+    one = [CLI, "horizon", "--cap", "30", "--scores", "bf16", "--path"]
+    t = interleaved({"eager": command(*one, "torch-eager-cpu"), "compiled": command(*one, "torch-compile-cpu")}, repeat=3)
+    every = interleaved({"all": command(CLI, "horizon", "--path", "all", "--cap", "30", "--cap", "50")}, repeat=1)
     return [
-        ("horizon --path torch-eager-cpu, bf16, c = 30 (every bf16 value)", eager, ""),
-        ("horizon --path torch-compile-cpu, bf16, c = 30 (compile, warm cache)", compiled, f"{compiled / eager:.1f}x eager"),
-        ("horizon --path all, c = 30 and 50, bf16 and fp32 (one run)", every, ""),
+        Figure("horizon --path torch-eager-cpu, bf16, c = 30 (every bf16 value)", t["eager"]),
+        Figure("horizon --path torch-compile-cpu, bf16, c = 30 (compile, warm cache), vs eager", t["compiled"], t["eager"]),
+        Figure("horizon --path all, c = 30 and 50, bf16 and fp32 (one run)", every["all"]),
     ]
 
 
-def interleaved(runs: dict[str, Callable[[], object]], rounds: int = 7, per_round: int = 5) -> dict[str, float]:
-    """Median time per call of each function, measured in alternation so load changes hit all alike."""
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for fn in runs.values():
-        fn()  # warm-up
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            t0 = time.perf_counter()
-            for _ in range(per_round):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / per_round)
-    return {name: statistics.median(times) for name, times in samples.items()}
+# --- the dead-zone monitor and the fp32 tanh backward ------------------------------------------
 
 
 def tiny_gemma2_step(batch: int = 2, seq: int = 16) -> Callable[[], object]:
@@ -142,14 +481,19 @@ def tiny_gemma2_step(batch: int = 2, seq: int = 16) -> Callable[[], object]:
     return step
 
 
-def monitor_and_patch() -> list[tuple[str, float, str]]:
+def _per_call(fn: Callable[[], object], calls: int = 5) -> Callable[[], object]:
+    """``calls`` calls in one timed run (the figure is then divided by ``calls``)."""
+    return lambda: [fn() for _ in range(calls)]
+
+
+def monitor_and_patch() -> list[Figure]:
     import torch
 
     import softcapgrad
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # per-op cost, not thread contention on a shared machine, is what is compared
-    rows = []
+    out = []
     for batch, seq in ((2, 16), (8, 128)):
         step = tiny_gemma2_step(batch, seq)
 
@@ -161,11 +505,14 @@ def monitor_and_patch() -> list[tuple[str, float, str]]:
             with softcapgrad.fp32_tanh_backward():
                 return step()
 
-        t = interleaved({"plain": step, "monitor": monitored, "patch": patched})
-        rows += [
-            (f"tiny Gemma 2 step (bf16, 2 layers, batch {batch}×{seq}, 1 thread), forward+backward", t["plain"], ""),
-            ("  the same step inside DeadZoneMonitor", t["monitor"], f"{t['monitor'] / t['plain']:.2f}x (target < 2x)"),
-            ("  the same step inside fp32_tanh_backward", t["patch"], f"{t['patch'] / t['plain']:.2f}x"),
+        for fn in (step, monitored, patched):
+            fn()  # warm-up
+        t = {k: v / 5 for k, v in interleaved({"plain": _per_call(step), "monitor": _per_call(monitored),
+                                                 "patch": _per_call(patched)}, repeat=7).items()}
+        out += [
+            Figure(f"tiny Gemma 2 step (bf16, 2 layers, batch {batch}×{seq}, 1 thread), forward+backward", t["plain"]),
+            Figure("  the same step inside DeadZoneMonitor", t["monitor"], t["plain"], "< 2x", 2.0),
+            Figure("  the same step inside fp32_tanh_backward", t["patch"], t["plain"]),
         ]
     torch.set_num_threads(threads)
     x = (torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) * 60).to(torch.bfloat16)
@@ -183,25 +530,26 @@ def monitor_and_patch() -> list[tuple[str, float, str]]:
 
         return run
 
-    big = interleaved({"eager": cap(False), "patch": cap(True)}, rounds=5, per_round=1)
-    return rows + [
-        ("eager 30·tanh(x/30), bf16 4096×4096, forward+backward", big["eager"], ""),
-        ("  the same inside fp32_tanh_backward", big["patch"], f"{big['patch'] / big['eager']:.2f}x eager"),
-    ]
+    big = interleaved({"eager": cap(False), "patch": cap(True)}, repeat=5)
+    return out + [Figure("eager 30·tanh(x/30) inside fp32_tanh_backward vs without, bf16 4096×4096, fwd+bwd",
+                         big["patch"], big["eager"])]
 
 
-SECTIONS: list[Callable[[], list[tuple[str, float, str]]]] = [cold_starts, reproduce, dynamics, tether_step, remedy, stacks,
-                                                             monitor_and_patch]
+SECTIONS: dict[str, Callable[[], list[Figure]]] = {
+    "startup": startup, "commands": commands, "reproduce": reproduce, "remedy": remedy, "tether": tether,
+    "dynamics": dynamics, "scan": scan, "stacks": stacks, "monitor_and_patch": monitor_and_patch,
+}
 
 
-def main(names: list[str] | None = None) -> None:
-    """Every section, or only those named on the command line (e.g. ``bench.py monitor_and_patch``)."""
-    for section in SECTIONS:
-        if names and section.__name__ not in names:
-            continue
-        for name, seconds, note in section():
-            shown = f"{seconds * 1000:10.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:10.1f} µs"
-            print(f"{name:<68} {shown}  {note}")
+def main(names: list[str]) -> None:
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        sys.exit(f"bench: no section {', '.join(unknown)}; sections: {', '.join(SECTIONS)}")
+    print(f"{'figure':<66} {'this':>12}  {'baseline':>12}  {'ratio':>7}  {'target':<14}")
+    for name in names or list(SECTIONS):
+        load = os.getloadavg()[0]
+        print(f"--- {name} (load average {load:.2f} on {os.cpu_count()} cores)", flush=True)
+        show(SECTIONS[name]())
 
 
 if __name__ == "__main__":

@@ -16,8 +16,12 @@ and the pointwise factor 1/sech²(a0/c) applies only while p ≈ 1 — the short
 
 from __future__ import annotations
 
+import bisect
 import math
+import struct
+import sys
 from dataclasses import asdict, dataclass
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -59,48 +63,98 @@ class Runs:
     log_g_variation: np.ndarray  # Σ (exp|Δ ln g| − 1) along the path: bound on |steps − integral|
 
 
+def _sech2(x: float) -> float:
+    """1/cosh(x)², as :func:`attenuation.sech2` computes it in float64; 0 once cosh overflows."""
+    try:
+        ch = math.cosh(x)
+    except OverflowError:
+        return 0.0
+    return 1.0 / (ch * ch)
+
+
+def _wrong_probability(z: float, log_rest: float) -> float:
+    """:func:`wrong_probability` for one value: numpy's logaddexp(0, t), t = ln(rest) − z, written out."""
+    t = log_rest - z
+    if t == 0.0:
+        softplus = math.log(2.0)
+    elif t > 0.0:
+        softplus = t + math.log1p(math.exp(-t))
+    else:
+        softplus = math.log1p(math.exp(t))
+    return math.exp(-softplus)
+
+
+def _variation(log_g: float, log_g_prev: float) -> float:
+    """exp|Δ ln g| − 1 with numpy's nan_to_num: NaN counts 0, overflow the largest float."""
+    try:
+        v = math.expm1(abs(log_g - log_g_prev))
+    except OverflowError:
+        return sys.float_info.max
+    return 0.0 if math.isnan(v) else min(v, sys.float_info.max)
+
+
 def descend(a0: np.ndarray, s: Setting, capped: bool) -> Runs:
-    """Plain gradient descent on a, float64, all starts at once (one Python loop over steps)."""
-    a = np.array(a0, dtype=np.float64)
-    n = a.size
-    steps = np.zeros(n, dtype=np.int64)
-    done = np.zeros(n, dtype=bool)
-    conf_steps = np.zeros(n, dtype=np.int64)
-    conf_att = np.zeros(n)
-    bound_att = np.zeros(n)
-    variation = np.zeros(n)
-    log_g_prev = np.full(n, np.nan)
-    for n_step in range(s.max_steps + 1):
-        z = s.cap * np.tanh(a / s.cap) if capped else a
-        p = wrong_probability(z, s)
-        done |= p < s.threshold
-        active = ~done
-        if not active.any() or n_step == s.max_steps:
-            break
-        att = sech2(a / s.cap) if capped else np.ones(n)
-        g = p * att
-        log_g = np.log(g)
-        step_var = np.expm1(np.abs(log_g - log_g_prev))
-        variation[active] += np.nan_to_num(step_var[active])
-        log_g_prev = log_g
-        confident = p > s.confident
-        conf_steps[active & confident] += 1
-        conf_att[active & confident] += att[active & confident]
-        bound_att[active & ~confident] += att[active & ~confident]
-        a[active] -= s.lr * g[active]
-        steps[active] += 1
-    status = np.where(done, "converged", "not converged")
-    boundary_steps = steps - conf_steps
+    """Plain gradient descent on a, float64, one start at a time in Python floats.
+
+    Value for value the arithmetic of the numpy formulas (:func:`wrong_probability`,
+    :func:`attenuation.sech2`): tanh is numpy's, whose float64 tanh differs from the math module's
+    in the last bit; exp, log1p, cosh, log and expm1 come from the math module, which numpy's
+    agree with. A step costs a few microseconds instead of a numpy call per operation.
+    """
+    starts = np.asarray(a0, dtype=np.float64)
+    n = starts.size
+    steps, conf_steps = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    conf_att, bound_att, variation = np.zeros(n), np.zeros(n), np.zeros(n)
+    status = np.full(n, "not converged", dtype=object)
+    c, lr, log_rest, tanh = s.cap, s.lr, s.log_rest, np.tanh
+    for j, a in enumerate(starts.tolist()):
+        taken = conf = 0
+        att_conf = att_bound = var = 0.0
+        log_g_prev = math.nan
+        for n_step in range(s.max_steps + 1):
+            p = _wrong_probability(c * float(tanh(a / c)) if capped else a, log_rest)
+            if p < s.threshold:
+                status[j] = "converged"
+                break
+            if n_step == s.max_steps:
+                break
+            att = _sech2(a / c) if capped else 1.0
+            g = p * att
+            log_g = math.log(g) if g > 0.0 else -math.inf
+            var += _variation(log_g, log_g_prev)
+            log_g_prev = log_g
+            if p > s.confident:
+                conf += 1
+                att_conf += att
+            else:
+                att_bound += att
+            a -= lr * g
+            taken += 1
+        steps[j], conf_steps[j], conf_att[j], bound_att[j], variation[j] = taken, conf, att_conf, att_bound, var
     with np.errstate(invalid="ignore", divide="ignore"):
         return Runs(
-            a0=np.asarray(a0, dtype=np.float64),
+            a0=starts,
             steps=steps,
-            status=status,
+            status=status.astype(str),
             confident_steps=conf_steps,
             confident_mean_attenuation=conf_att / conf_steps,
-            boundary_mean_attenuation=bound_att / boundary_steps,
+            boundary_mean_attenuation=bound_att / (steps - conf_steps),
             log_g_variation=variation,
         )
+
+
+def _capped_loss(x, s: Setting, capped: bool, backward: str):
+    """The step's forward from the logit x (in its format): margin z − ln(rest) in fp32, and the loss."""
+    import torch
+
+    from softcapgrad.remedy import softcap
+
+    if not capped:
+        z = x
+    else:
+        z = softcap(x, s.cap) if backward == "remedy" else s.cap * torch.tanh(x / s.cap)
+    margin = z.float() - s.log_rest
+    return margin, torch.nn.functional.softplus(margin).sum()  # −log(1 − p) = CE on the correct class + const
 
 
 def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: str = "eager") -> Runs:
@@ -109,10 +163,110 @@ def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backw
     The loss (softmax cross-entropy) is taken in fp32 from the low-precision logit. A start whose
     gradient is exactly 0 while p ≥ threshold can never move again: it is 'stalled'. With
     ``backward="remedy"`` the cap is ``softcapgrad.softcap``: same forward, fp32 sech² backward.
+    16-bit formats run from a table of every value's step (:func:`descend_by_table`), wider ones
+    step by step (:func:`descend_autograd`).
+    """
+    if np.dtype(dtype).itemsize == 2:
+        return descend_by_table(a0, s, capped, dtype, backward)
+    return descend_autograd(a0, s, capped, dtype, backward)
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """What one step does from each value of a 16-bit format, values ascending (±0 merged, ±inf kept)."""
+
+    lower: list[float]  # the smallest fp32 master value that rounds to this value
+    step: list[float]  # fp32(lr·grad): the update of the fp32 master value
+    stalled: list[bool]  # the gradient is exactly 0
+    done: list[bool]  # p < threshold
+    confident: list[bool]  # p > s.confident
+    attenuation: list[float]  # grad/p in float64, at least 0
+
+
+@cache
+def _steps(s: Setting, capped: bool, dtype_name: str, backward: str) -> _Steps:
+    """One autograd call over every value of the format: the step each value would take."""
+    import torch
+
+    tdtype = getattr(torch, dtype_name)
+    patterns = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(tdtype)
+    values = patterns[~patterns.isnan() & (patterns.view(torch.int16) != torch.iinfo(torch.int16).min)]  # drop −0
+    values = values.sort().values
+    x = values.clone().requires_grad_(True)
+    margin, loss = _capped_loss(x, s, capped, backward)
+    (grad,) = torch.autograd.grad(loss, x)
+    p = torch.sigmoid(margin.detach())
+    # rounding to the format is monotone: value k takes the fp32 inputs from the midpoint with its lower
+    # neighbour up (the midpoint itself when it rounds up); ±inf take everything past max ± ulp/2
+    wide = values.double()
+    beyond = 2 * wide[-2] - wide[-3]  # where a value past the largest would be, for the rounding to ±inf
+    spaced = torch.cat([-beyond.view(1), wide[1:-1], beyond.view(1)])
+    mids = ((spaced[:-1] + spaced[1:]) / 2).float()  # between consecutive values: exact in fp32
+    up = mids.to(tdtype).double() == wide[1:]
+    lower = torch.where(up, mids, torch.nextafter(mids, torch.tensor(math.inf)))
+    return _Steps(
+        lower=[-math.inf, *lower.tolist()],
+        step=(s.lr * grad.float()).tolist(),
+        stalled=(grad == 0).tolist(),
+        done=(p < s.threshold).tolist(),
+        confident=(p > s.confident).tolist(),
+        attenuation=(grad.double() / p.double()).clamp(min=0).tolist(),
+    )
+
+
+_F32 = struct.Struct("<f")
+
+
+def descend_by_table(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: str = "eager") -> Runs:
+    """:func:`descend_autograd` for a 16-bit format, with the same arithmetic and bit-identical steps.
+
+    Each step depends only on the value the fp32 master rounds to, so one autograd call over all
+    65,536 values (:func:`_steps`) replaces one call per step; the descent then walks the table in
+    Python floats, rounding the master value to fp32 after each update as torch does.
     """
     import torch
 
-    from softcapgrad.remedy import softcap
+    table = _steps(s, capped, np.dtype(dtype).name, backward)
+    starts = torch.tensor(np.asarray(a0, dtype=np.float64), dtype=torch.float32).tolist()
+    n = len(starts)
+    steps, conf_steps = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    conf_att, bound_att = np.zeros(n), np.zeros(n)
+    status = np.full(n, "not converged", dtype=object)
+    lower, step, stalled, done = table.lower, table.step, table.stalled, table.done
+    confident, attenuation = table.confident, table.attenuation
+    for j, a in enumerate(starts):
+        taken = conf = 0
+        att_conf = att_bound = 0.0
+        for n_step in range(s.max_steps + 1):
+            k = bisect.bisect_right(lower, a) - 1
+            if done[k] or stalled[k]:
+                status[j] = "converged" if done[k] else "stalled"
+                break
+            if n_step == s.max_steps:
+                break
+            if confident[k]:
+                conf += 1
+                att_conf += attenuation[k]
+            else:
+                att_bound += attenuation[k]
+            a = _F32.unpack(_F32.pack(a - step[k]))[0]
+            taken += 1
+        steps[j], conf_steps[j], conf_att[j], bound_att[j] = taken, conf, att_conf, att_bound
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return Runs(
+            a0=np.asarray(a0, dtype=np.float64),
+            steps=steps,
+            status=status.astype(str),
+            confident_steps=conf_steps,
+            confident_mean_attenuation=conf_att / conf_steps,
+            boundary_mean_attenuation=bound_att / (steps - conf_steps),
+            log_g_variation=np.full(n, np.nan),
+        )
+
+
+def descend_autograd(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: str = "eager") -> Runs:
+    """:func:`descend_low_precision` one autograd call per step, all starts at once (any format)."""
+    import torch
 
     tdtype = getattr(torch, np.dtype(dtype).name)
     a = torch.tensor(np.asarray(a0, dtype=np.float64), dtype=torch.float32)
@@ -123,15 +277,9 @@ def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backw
     conf_steps = torch.zeros(n, dtype=torch.int64)
     conf_att = torch.zeros(n, dtype=torch.float64)
     bound_att = torch.zeros(n, dtype=torch.float64)
-    shift = s.log_rest
     for n_step in range(s.max_steps + 1):
         x = a.to(tdtype).requires_grad_(True)
-        if not capped:
-            z = x
-        else:
-            z = softcap(x, s.cap) if backward == "remedy" else s.cap * torch.tanh(x / s.cap)
-        margin = z.float() - shift
-        loss = torch.nn.functional.softplus(margin).sum()  # −log(1 − p) = CE on the correct class + const
+        margin, loss = _capped_loss(x, s, capped, backward)
         (grad,) = torch.autograd.grad(loss, x)
         p = torch.sigmoid(margin.detach())
         done |= p < s.threshold
@@ -215,6 +363,7 @@ class Headline:
     integral_ratio: float | None
 
 
+@lru_cache(maxsize=32)  # the ledger and make reproduce's figure ask for the same runs
 def headline(a0: float, s: Setting, dtype=None, backward: str = "eager") -> tuple[Headline, Runs, Runs]:
     capped = run(np.array([a0]), s, True, dtype, backward)
     uncapped = run(np.array([a0]), s, False, dtype)

@@ -94,10 +94,12 @@ def backward_laws(seed: int, n: int = 4096, k: int = 7) -> list[dict]:
     z = torch.randn(k, dtype=torch.float64, generator=gen)
     u = torch.randn(k, dtype=torch.float64, generator=gen)
     p = torch.softmax(z, 0)
-    jac = torch.autograd.functional.jacobian(lambda t: torch.softmax(t, 0), z)
-    rows.append(("J = diag(p) − ppᵀ", (jac - (torch.diag(p) - torch.outer(p, p))).abs().max(), k * k))
+    # the Jacobian row by row and the VJP through scalar outputs: autograd then needs no grad_outputs,
+    # whose shape check imports sympy (half a second) on first use
     zr = z.clone().requires_grad_(True)
-    (vjp,) = torch.autograd.grad(torch.softmax(zr, 0), zr, u)
+    jac = torch.stack([torch.autograd.grad(torch.softmax(zr, 0)[i], zr)[0] for i in range(k)])
+    rows.append(("J = diag(p) − ppᵀ", (jac - (torch.diag(p) - torch.outer(p, p))).abs().max(), k * k))
+    (vjp,) = torch.autograd.grad((torch.softmax(zr, 0) * u).sum(), zr)
     rows.append(("z̄ = p ⊙ (u − ⟨u,p⟩)", (vjp - softmax_vjp(p, u)).abs().max(), k))
 
     y = torch.softmax(torch.randn(k, dtype=torch.float64, generator=gen), 0)  # a soft target

@@ -62,7 +62,7 @@ def gradient(recipe: Recipe, a: np.ndarray, c: float, sigmoid: Sigmoid = Sigmoid
     dtype = np.dtype(formats.resolve(recipe.scores))
     x = formats.to_torch(a, dtype).requires_grad_(True)
     z = capped(recipe, x, c, sigmoid)
-    (g,) = torch.autograd.grad(z, x, torch.ones_like(z))
+    (g,) = torch.autograd.grad(z.sum(), x)  # a scalar: an explicit grad_outputs makes torch import sympy
     return g.double().numpy()
 
 

@@ -9,18 +9,126 @@ fp32 sech² or its rounding to the format underflows.
 Contract: any shape and float dtype; one saved tensor (the input); works under ``torch.compile``;
 the gradient is within one unit in the last place of the input format of the exact value
 wherever that value is a normal number of the format.
+
+How it runs. A 16-bit input has only 65,536 values, so on the CPU both directions are table
+look-ups, built once per (format, cap) with the very operations of the formula: the forward
+table is ``cap·tanh(v/cap)`` over every value v (kept only where torch's vectorised and scalar
+kernels agree on every value, so the look-up equals eager wherever eager runs; otherwise the
+forward is the formula itself), the backward table is the fp32 ``sech²(v/cap)``. Both walk the
+tensor in cache-sized chunks, so the backward needs no scratch beyond the gradient it returns.
+Wider formats, other devices, a backward that builds a graph (``create_graph=True``) and any run
+under a dispatch mode (``softcapgrad.DeadZoneMonitor`` sees the formula's tanh) run the formula op
+by op.
+
+Under ``torch.compile`` the function is traced as the formula, and the compiler fuses it: it
+reads the input once and computes ``x/cap``, ``tanh`` and ``·cap`` in fp32 before one rounding,
+so the compiled forward is *not* bit-identical to eager, which rounds to the format after each
+of the three operations. Measured with torch 2.13 (inductor on the CPU, c = 30): 3,316 of the
+65,282 non-NaN bf16 inputs come out different, 2,440 of them by one unit in the last place and
+none by more than 15 (``make bench`` recomputes this). The compiled backward is the same fp32
+``sech²`` rounded once, and gave the eager gradient bit for bit on every one of those inputs.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 from torch import nn
+
+from softcapgrad import chunks
+
+_TABLE_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def sech2_fp32(x: torch.Tensor, cap: float) -> torch.Tensor:
     """sech²(x/cap) in fp32, in place on one fp32 buffer: (1/cosh)², so nothing overflows before cosh does."""
     u = x.float().mul_(1.0 / cap) if x.dtype != torch.float32 else x.mul(1.0 / cap)
     return u.cosh_().reciprocal_().square_()
+
+
+def _every_value(dtype: torch.dtype) -> torch.Tensor:
+    """The 65,536 values of a 16-bit format, indexed by their bit pattern read as an unsigned integer."""
+    return torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """The same values as a non-contiguous view: torch then runs its scalar (not vectorised) kernel."""
+    return torch.stack([t, t], -1)[..., 0]
+
+
+@lru_cache(maxsize=32)
+def _forward_table(dtype: torch.dtype, cap: float) -> torch.Tensor | None:
+    """cap·tanh(v/cap) for every v of the format, or None where kernel paths disagree on a value."""
+    v = _every_value(dtype)
+    vectorised = cap * torch.tanh(v / cap)
+    scalar = _strided(torch.tanh(_strided(_strided(v) / cap))) * cap
+    same = (vectorised.view(torch.int16) == scalar.view(torch.int16)) | (vectorised.isnan() & scalar.isnan())
+    return vectorised if bool(same.all()) else None
+
+
+@lru_cache(maxsize=32)
+def _backward_table(dtype: torch.dtype, cap: float) -> torch.Tensor:
+    """sech²(v/cap) in fp32 for every v of the format."""
+    return sech2_fp32(_every_value(dtype), cap)
+
+
+def _patterns(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The unsigned bit patterns of a 16-bit chunk, as int32 indices into a table of 65,536 entries."""
+    index = out[:x.numel()]
+    index.copy_(x.view(torch.uint16))
+    return index
+
+
+def _lookup_forward(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape, dtype=x.dtype)
+    xf, zf = chunks.flat_view(x), out.view(-1)
+
+    def work(spans: list[slice]) -> None:
+        index = torch.empty(min(chunks.CHUNK, xf.numel()), dtype=torch.int32)
+        for span in spans:
+            torch.index_select(table, 0, _patterns(xf[span], index), out=zf[span])
+
+    chunks.each_share(xf.numel(), 1, work)
+    return out
+
+
+def _lookup_backward(x: torch.Tensor, grad: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape, dtype=x.dtype)
+    xf, gf, of = chunks.flat_view(x), chunks.flat_view(grad), out.view(-1)
+
+    def work(spans: list[slice]) -> None:
+        n = min(chunks.CHUNK, xf.numel())
+        index, s = torch.empty(n, dtype=torch.int32), torch.empty(n, dtype=torch.float32)
+        for span in spans:
+            xs = xf[span]
+            ss = s[:xs.numel()]
+            torch.index_select(table, 0, _patterns(xs, index), out=ss)
+            torch.mul(ss, gf[span], out=of[span])  # fp32 product, one rounding to the format
+
+    chunks.each_share(xf.numel(), 1, work)
+    return out
+
+
+def _chunked_backward(x: torch.Tensor, grad: torch.Tensor, cap: float) -> torch.Tensor:
+    """The formula's backward for fp32 input, chunk by chunk: scratch of one chunk, not one tensor."""
+    out = torch.empty(x.shape, dtype=x.dtype)
+    xf, gf, of = chunks.flat_view(x), chunks.flat_view(grad), out.view(-1)
+
+    def work(spans: list[slice]) -> None:
+        for span in spans:
+            torch.mul(sech2_fp32(xf[span], cap), gf[span], out=of[span])
+
+    chunks.each_share(xf.numel(), 1, work)
+    return out
+
+
+def _fast(x: torch.Tensor) -> bool:
+    """The table and chunk paths: on the CPU, not while torch.compile traces, and not under a dispatch
+    mode (a DeadZoneMonitor, a FLOP counter, fake tensors), which must see the formula's own ops."""
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    return x.device.type == "cpu" and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
 
 
 class _CapFromInput(torch.autograd.Function):
@@ -34,15 +142,25 @@ class _CapFromInput(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, cap: float, derivative: str) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.cap, ctx.derivative = cap, derivative
+        if x.dtype in _TABLE_DTYPES and _fast(x):
+            table = _forward_table(x.dtype, cap)
+            if table is not None:
+                return _lookup_forward(x, table)
         return cap * torch.tanh(x / cap)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (x,) = ctx.saved_tensors
-        if ctx.derivative == "sech2":
-            return sech2_fp32(x, ctx.cap).mul_(grad).to(x.dtype), None, None
-        t = torch.tanh(x / ctx.cap)
-        return grad * (1 - t * t), None, None
+        cap = ctx.cap
+        if ctx.derivative != "sech2":
+            t = torch.tanh(x / cap)
+            return grad * (1 - t * t), None, None
+        if _fast(x) and not torch.is_grad_enabled() and grad.dtype == x.dtype:
+            if x.dtype in _TABLE_DTYPES:
+                return _lookup_backward(x, grad, _backward_table(x.dtype, cap)), None, None
+            if x.dtype == torch.float32:
+                return _chunked_backward(x, grad, cap), None, None
+        return sech2_fp32(x, cap).mul_(grad).to(x.dtype), None, None
 
 
 def cap_from_input(x: torch.Tensor, cap: float, derivative: str = "sech2") -> torch.Tensor:

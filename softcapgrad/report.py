@@ -10,7 +10,6 @@ the ``wide`` columns only when asked. Scripts read the JSON, which always has ev
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Callable
@@ -73,6 +72,7 @@ LABELS: dict[str, str] = {
     "fraction": "fraction",
     "max_abs": "largest |a|",
     "nan_count": "NaN values",
+    "inf_count": "±inf values",
     "supported": "supported",
     "reason": "why not",
     "method": "search",
@@ -144,6 +144,8 @@ def plain(value: Any) -> Any:
 
 
 def as_json(report: Report) -> str:
+    import json  # only --json needs it: kept off the start of every other command
+
     out: dict[str, Any] = {"command": report.command, "params": report.params, "answer": list(report.answer)}
     for table in report.tables:
         if table.json:

@@ -26,6 +26,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from softcapgrad import chunks
 from softcapgrad.checks import InputError
 
 MODES = ("exp", "cos")
@@ -94,6 +95,8 @@ class TetherGate(nn.Module):
             s = s.detach()
         if self.training:
             self._observe(s)
+        if _chunked(s, self.theta, self.floor):
+            return _Gate.apply(s, self.theta, self.floor, self.beta, self.arg_min, self.arg_max)
         a = torch.clamp(self.beta * (s - self.theta), self.arg_min, self.arg_max)
         return self.floor + (1.0 - self.floor) * torch.sigmoid(a)
 
@@ -103,6 +106,74 @@ class TetherGate(nn.Module):
         mean = s.detach().reshape(-1, self.theta.numel()).mean(0).to(self.ema_s.dtype)
         blended = self.ema_decay * self.ema_s + (1.0 - self.ema_decay) * mean
         self.ema_s.copy_(torch.where(torch.isnan(self.ema_s), mean, blended))
+
+
+def _chunked(s: torch.Tensor, theta: torch.Tensor, floor: torch.Tensor) -> bool:
+    """The chunked CPU path: fp32 throughout, a detached signal, not while torch.compile traces and
+    not under a dispatch mode (a monitor or a FLOP counter sees the formula's ops, once each)."""
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    return (s.device.type == "cpu" and not s.requires_grad and not torch.compiler.is_compiling()
+            and s.dtype == theta.dtype == floor.dtype == torch.float32 and s.numel() >= chunks.CHUNK
+            and not is_in_torch_dispatch_mode())
+
+
+class _Gate(torch.autograd.Function):
+    """The forward formula of :class:`TetherGate` run chunk by chunk, the gradient to θ alone.
+
+    Per value, forward and backward are the operations autograd runs on the formula, in its
+    order: s − θ, ·β, clamp, σ, (1 − F)·σ, F + ·; backward σ'·g where arg_min ≤ β(s − θ) ≤ arg_max
+    (clamp passes the gradient at its bounds), else 0. Two differences: the sum over the batch
+    runs chunk by chunk into float64 (one partial sum per thread, added in order), and ·(1 − F)·(−β)
+    is applied once per gate after the sum, so the gradient of θ agrees with autograd's to float32
+    rounding, not bit for bit. The backward recomputes β(s − θ) from the signal, which the caller
+    holds anyway, instead of saving it.
+    """
+
+    @staticmethod
+    def forward(ctx, s, theta, floor, beta: float, lo: float, hi: float):
+        ctx.save_for_backward(s, theta, floor)
+        ctx.constants = (beta, lo, hi)
+        width = theta.numel()
+        s2 = chunks.rows_view(s, width)
+        out = torch.empty(s2.shape, dtype=s.dtype)
+        open_ = 1.0 - floor
+
+        def work(spans: list[slice]) -> None:
+            a = chunks.scratch(s2.shape[0], width)
+            for span in spans:
+                x, y = a[:s2[span].shape[0]], out[span]
+                torch.sub(s2[span], theta, out=x).mul_(beta).clamp_(lo, hi).sigmoid_()
+                torch.mul(open_, x, out=y).add_(floor)
+
+        chunks.each_share(s2.shape[0], width, work)
+        return out.view(s.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        s, theta, floor = ctx.saved_tensors
+        beta, lo, hi = ctx.constants
+        width = theta.numel()
+        s2, g2 = chunks.rows_view(s, width), chunks.rows_view(grad, width)
+        zero = torch.zeros((), dtype=s.dtype)
+
+        def work(spans: list[slice]) -> torch.Tensor:
+            a, y = chunks.scratch(s2.shape[0], width), chunks.scratch(s2.shape[0], width)
+            inside = chunks.scratch(s2.shape[0], width, torch.bool)
+            total, part = torch.zeros(width, dtype=torch.float64), torch.empty(width, dtype=s.dtype)
+            for span in spans:
+                rows = s2[span].shape[0]
+                x, c, m = a[:rows], y[:rows], inside[:rows]
+                torch.sub(s2[span], theta, out=x).mul_(beta)
+                torch.clamp(x, lo, hi, out=c)
+                torch.eq(x, c, out=m)  # inside the clamp (NaN: outside, as autograd's mask)
+                torch.ops.aten.sigmoid_backward.grad_input(g2[span], c.sigmoid_(), grad_input=x)
+                torch.where(m, x, zero, out=x)
+                total.add_(torch.sum(x, 0, out=part))
+            return total
+
+        total = sum(chunks.each_share(s2.shape[0], width, work))  # float64 partial sums, in share order
+        return None, total.mul_(1.0 - floor).mul_(-beta).to(theta.dtype), None, None, None, None
 
 
 def _as_list(gates: TetherGate | Iterable[TetherGate]) -> list[TetherGate]:

@@ -9,6 +9,7 @@ gradient while F = 1), anchors (global versus local).
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import torch
 
@@ -25,6 +26,24 @@ def _signal(gen: torch.Generator, tokens: int, means: torch.Tensor) -> torch.Ten
     return means + torch.randn(tokens, means.numel(), generator=gen)
 
 
+def _adam(params: list[torch.Tensor], lr: float):
+    """``step(grads)``: torch's Adam update (``torch.optim.adam.adam``, the function ``Adam.step``
+    calls, bit for bit, with Adam's defaults) without the Optimizer wrapper, whose per-call
+    bookkeeping costs more than the update of a few values."""
+    from torch.optim.adam import adam
+
+    state = [(torch.zeros_like(p), torch.zeros_like(p), torch.tensor(0.0)) for p in params]
+    m, v, t = (list(x) for x in zip(*state))
+
+    @torch.no_grad()
+    def step(grads: list[torch.Tensor]) -> None:
+        adam(params, grads, m, v, [], t, foreach=False, capturable=False, differentiable=False, fused=None,
+             grad_scale=None, found_inf=None, has_complex=False, amsgrad=False, beta1=0.9, beta2=0.999, lr=lr,
+             weight_decay=0.0, eps=1e-8, maximize=False)
+
+    return step
+
+
 # --- collapse ---------------------------------------------------------------------------------
 
 
@@ -33,25 +52,25 @@ def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, check
     means = torch.tensor([-0.5, 0.0, 0.5, 1.0])
     tether = TetherGate(4, beta=BETA)
     plain_theta = torch.zeros(4, requires_grad=True)
-    opt_t = torch.optim.Adam(tether.parameters(), lr=lr)
-    opt_p = torch.optim.Adam([plain_theta], lr=lr)
+    # one Adam and one gradient call for both gates: Adam is per parameter and neither loss reaches
+    # the other gate, so each θ moves exactly as under its own optimizer
+    thetas = [tether.theta, plain_theta]
+    adam = _adam(thetas, lr)
     schedule = FloorSchedule("exp", ramp_start=steps // 20, tau=steps / 10)
     gen = torch.Generator().manual_seed(seed)
+    wanted = set(checkpoints)
     rows = []
     for step in range(steps + 1):
         s = _signal(gen, 256, means)
         branch = torch.randn(256, 4, generator=gen)
         g_t = tether(s)
         g_p = torch.sigmoid(BETA * (s - plain_theta))
-        if step in checkpoints:
+        if step in wanted:
             offset = tether.theta.detach() - anchor_targets(tether, g_target, "global")
             rows.append({"step": step, "plain_mean_gate": float(g_p.detach().mean()),
                          "tether_mean_gate": float(g_t.detach().mean()), "tether_floor": float(tether.floor.mean()),
                          "tether_theta_minus_anchor": float(offset.mean())})
-        for opt, g in ((opt_t, g_t), (opt_p, g_p)):
-            opt.zero_grad()
-            ((g * branch) ** 2).mean().backward()
-            opt.step()
+        adam(list(torch.autograd.grad(((g_t * branch) ** 2).mean() + ((g_p * branch) ** 2).mean(), thetas)))
         tethergate_step(tether, step, schedule, lr=lr, wd=wd, g_target=g_target)
     return rows
 
@@ -60,21 +79,30 @@ def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, check
 
 
 def steady_push(lrs: list[float], wds: list[float], steps: int | None = None) -> list[dict]:
-    """Adam under a constant closing gradient, the spring after each step; one optimizer per lr."""
+    """Adam under a constant closing gradient, the spring after each step; one optimizer per lr.
+
+    Computed once per process for each argument list (the ledger and the figure share it).
+    """
+    return [dict(r) for r in _steady_push(tuple(lrs), tuple(wds), steps)]
+
+
+@cache
+def _steady_push(lrs: tuple[float, ...], wds: tuple[float, ...], steps: int | None) -> list[dict]:
     rows = []
     for lr in lrs:
         gate = TetherGate(len(wds), beta=BETA)
         gate.ema_s.zero_()  # θ* = −logit(0.5)/β = 0
-        opt = torch.optim.Adam(gate.parameters(), lr=lr)
+        theta = gate.theta
+        adam = _adam([theta], lr)
+        push = [-torch.ones_like(theta)]  # ∂L/∂θ < 0: descent raises θ, closing the gate
         k = torch.tensor([lr * wd for wd in wds])
         n = steps or int(min(20_000, math.ceil(8 / float(k.min()))))
         history = torch.empty(n, len(wds))
         with torch.no_grad():
             for step in range(n):
-                gate.theta.grad = -torch.ones_like(gate.theta)  # ∂L/∂θ < 0: descent raises θ, closing the gate
-                opt.step()
-                gate.theta.sub_(k * gate.theta)  # θ ← θ − k(θ − θ*), θ* = 0
-                history[step] = gate.theta
+                adam(push)
+                theta.sub_(k * theta)  # θ ← θ − k(θ − θ*), θ* = 0
+                history[step].copy_(theta)
         final = history[-1]
         for j, wd in enumerate(wds):
             kj = lr * wd
@@ -151,7 +179,10 @@ def anchors(means: list[float], steps: int, lr: float, wd: float, g_target: floa
         gate(m.unsqueeze(0))  # EMA = the means
         schedule = FloorSchedule("exp", ramp_start=0, tau=1.0)
         for step in range(1, steps + 1):
+            before = gate.theta.detach().clone()
             tethergate_step(gate, step, schedule, lr=lr, wd=wd, g_target=g_target, anchor=anchor)
+            if step > 1 and torch.equal(before, gate.theta):  # a fixed point: every later step is this one
+                break
         theta = gate.theta.detach()
         opening = torch.sigmoid(BETA * (m - theta))
         for i, mu in enumerate(means):

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from softcapgrad import chunks
 from softcapgrad.checks import InputError
 from softcapgrad.tether import FloorSchedule, TetherGate, floor_schedule, tethergate_step, tethergate_step_per_gate
 from softcapgrad.tether_demo import anchors, clamp_recovery, collapse, stability_boundary, steady_push
@@ -207,3 +208,32 @@ def test_cli_sections(cli):
     assert code == 0 and data["rows"][0]["loss_grad_on_theta"] == 0.0
     code, _, _, err = cli("tether-demo", "--section", "bogus")
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_chunked_gate_matches_the_formula():
+    """A signal large enough for the chunked CPU path: the forward bit for bit (NaN, clamp bounds, F = 0
+    and F = 1 included); the gradient of θ within float32 rounding of its batch sum of the float64 one."""
+    gen = torch.Generator().manual_seed(5)
+    n, beta = 96, 4.0
+    g = _gate(n, beta=beta)
+    with torch.no_grad():
+        g.theta.copy_(torch.randn(n, generator=gen))
+        g.theta[:4] = 0.0
+    g.floor.copy_(torch.rand(n, generator=gen))
+    g.floor[4:8], g.floor[8:12] = 1.0, 0.0
+    s = torch.randn(700, n, generator=gen) * 2
+    s[0, :4] = torch.tensor([2.0, -2.0, 2.0, -2.0])  # β(s − θ) = ±8 exactly: the clamp's bounds pass the gradient
+    s[1, 20] = float("nan")
+    assert s.numel() > chunks.CHUNK
+    out = g.eval()(s)
+    (grad,) = torch.autograd.grad(out.sum(), g.theta)
+    formula = g.floor + (1 - g.floor) * torch.sigmoid(torch.clamp(beta * (s - g.theta), -8.0, 8.0))
+    torch.testing.assert_close(out, formula, rtol=0, atol=0, equal_nan=True)
+    s64, theta64 = s.double(), g.theta.detach().double().requires_grad_(True)
+    f64 = g.floor.double()
+    a = torch.clamp(beta * (s64 - theta64), -8.0, 8.0)
+    (exact,) = torch.autograd.grad((f64 + (1 - f64) * torch.sigmoid(a)).sum(), theta64)
+    sig = torch.sigmoid(a.detach())
+    terms = (beta * (1 - f64) * sig * (1 - sig)).nan_to_num().abs().sum(0)
+    assert bool((grad[4:8] == 0).all())  # F = 1: no loss gradient
+    assert bool(((grad.double() - exact).abs() <= 8 * F32_EPS * terms).all())
