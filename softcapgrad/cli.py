@@ -515,8 +515,11 @@ def tether_demo(
 def scan(
     file: Annotated[Path, typer.Argument(help="A .pt, .npy or .safetensors file of pre-cap values.")],
     cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
-    dtype: Annotated[Optional[str], typer.Option(help="Training format, bf16 (default) or fp16: picks the eager path when --path is absent.")] = None,
-    path: Annotated[Optional[list[str]], typer.Option("--path", help="Implementation path (repeatable; 'all').")] = None,
+    dtype: Annotated[Optional[str], typer.Option(help="Scores format the model rounds the values to: bf16 (default), fp16 "
+                                                      "or fp32; for every --path that is a stack name.")] = None,
+    path: Annotated[Optional[list[str]], typer.Option(
+        "--path", help=f"A real stack (repeatable, or all; default torch-eager-cpu): {one_of(STACK_PATHS)}; the old "
+                       "names eager-bf16, eager-fp16, fp32-upcast, sigmoid-bf16, remedy fix their format.")] = None,
     key: Annotated[Optional[list[str]], typer.Option("--key", help="Only these tensors (repeatable).")] = None,
     stored_as: Annotated[
         Optional[str], typer.Option("--stored-as", help="Format of a .npy whose format np.save lost (an ml_dtypes array).")
@@ -528,20 +531,22 @@ def scan(
 
     def build() -> Report:
         from softcapgrad import formats
-        from softcapgrad.paths import RECIPES
         from softcapgrad.scan import scan_report
+        from softcapgrad.stacks import STACKS, resolve_path
 
         c = positive("--cap", cap)
-        if path:
-            not_with({"--dtype": dtype}, "with --path: each path has its own scores format")
-            names = pick("--path", path, RECIPES)
-        else:
-            fmt = formats.resolve(dtype or "bf16").name
-            eager = {"bfloat16": "eager-bf16", "float16": "eager-fp16"}.get(fmt)
-            if eager is None:
-                raise InputError(f"--dtype {dtype}: give --path for formats other than bf16 and fp16")
-            names = [eager]
-        return scan_report(file, c, names, key, stored_as)
+        every = any(p.strip().lower() == "all" for p in path or [])
+        names = list(STACKS) if every else list(dict.fromkeys(path or ["torch-eager-cpu"]))
+        scores = formats.canonical_name(dtype or "bf16")
+        for name in names:
+            stack, fixed = resolve_path(name)  # a bad or dropped name fails before any file is read
+            if fixed is None and scores not in stack.formats:
+                if every:
+                    continue
+                raise InputError(f"--path {name} takes {', '.join(stack.formats)} scores, not --dtype {dtype}")
+        if every:
+            names = [n for n in names if scores in STACKS[n].formats]
+        return scan_report(file, c, names, key, stored_as, scores)
 
     emit(build, json_out, wide, command="scan")
 

@@ -72,25 +72,21 @@ class DeadZone:
         return self.first_zero_below != -self.first_zero
 
 
-def dead_zones(names: list[str], c: float, sigmoid=None) -> list[DeadZone]:
-    """Both ends of each path's dead zone at cap c, each searched over the scores format's own values."""
-    from softcapgrad import paths
+def dead_zones(names: list[str], c: float, scores: str | None = None) -> list[DeadZone]:
+    """Both ends of each real stack's dead zone at cap c (``stacks.dead_zone``): an old recipe name fixes the
+    scores format, a stack takes ``scores`` (default: its first format). Live stacks search the negative side too."""
+    from softcapgrad import stacks
 
-    sigmoid = sigmoid or paths.Sigmoid()
-    out = []
-    for name in names:
-        recipe = paths.RECIPES[name]
-        fmt = formats.resolve(recipe.scores)
-        above = paths.first_zero(recipe, c, sigmoid).first_true
-        below = formats.find_switch(fmt, lambda v: paths.gradient(recipe, -v, c, sigmoid) == 0.0).first_true
-        out.append(DeadZone(name, fmt.name, math.inf if above is None else above, -math.inf if below is None else -below))
-    return out
+    return [from_stack(stacks.dead_zone(name, c, scores), name) for name in names]
 
 
-def from_stack(zone) -> DeadZone:
+def from_stack(zone, label: str | None = None) -> DeadZone:
     """A ``stacks.DeadZone`` (a real stack's zone, measured or recorded) as the scan's: a side it
-    does not know (None) counts nothing."""
-    return DeadZone(zone.path, zone.scores, math.inf if zone.above is None else zone.above,
+    does not know (None) counts nothing. ``label``: the name the user gave (an old recipe name keeps it)."""
+    from softcapgrad.stacks import ALIASES
+
+    name = label.strip().lower() if label and label.strip().lower() in ALIASES else zone.path
+    return DeadZone(name, zone.scores, math.inf if zone.above is None else zone.above,
                     -math.inf if zone.below is None else zone.below)
 
 
@@ -594,43 +590,73 @@ def scan_sources(sources: list[Source], c: float, zones: list[DeadZone], label: 
     return scans
 
 
-def scan_report(path: Path, c: float, path_names: list[str], keys: list[str] | None, stored_as: str | None = None):
+def scan_answer(path: Path, c: float, scans: list[Scan], zones: list[DeadZone]) -> tuple[str, ...]:
+    n = sum(s.count for s in scans)
+    if not n:
+        return (f"{path.name} holds no values to scan (empty or all NaN): nothing lies in a dead zone.",)
+    sentences = []
+    for i, z in enumerate(zones):
+        dead = sum(s.beyond[i]["count"] for s in scans)
+        where = f"a ≥ {z.first_zero:g}" if math.isfinite(z.first_zero) else ""
+        if math.isfinite(z.first_zero_below):
+            where += (" or " if where else "") + f"a ≤ {z.first_zero_below:g}"
+        sentences.append(f"{dead:,} of {n:,} values ({dead / n:.3g}) lie where {z.path} ({z.scores} scores, c = {c:g}) "
+                         f"returns an exactly zero gradient ({where or 'nowhere in the format'}).")
+    if len(sentences) > 2:
+        sentences = [f"{len(zones)} paths at c = {c:g}: " + "; ".join(
+            f"{z.path} {sum(s.beyond[i]['count'] for s in scans):,}" for i, z in enumerate(zones))
+            + f" of {n:,} values lie in the dead zone."]
+    worst = max(scans, key=lambda s: (max((b["count"] for b in s.beyond), default=0), s.max_abs or 0.0))
+    if worst.max_abs is not None:
+        sentences.append(f"The largest |a| is {max(s.max_abs or 0.0 for s in scans):.6g} "
+                         f"({max(s.max_abs or 0.0 for s in scans) / c:.3g}c)"
+                         + (f"; the most dead values are in {worst.name!r}." if len(scans) > 1 else "."))
+    return tuple(sentences)
+
+
+def scan_report(path: Path, c: float, path_names: list[str], keys: list[str] | None, stored_as: str | None = None,
+                scores: str | None = None):
     from softcapgrad.report import Report, Table
 
     sources = select(open_sources(path, stored_as), keys, path)
-    zones = dead_zones(path_names, c)
+    zones = dead_zones(path_names, c, scores)
     scans = scan_sources(sources, c, zones, path.name)
-    rows = []
-    for s in scans:
-        row = {"name": s.name, "dtype": s.dtype, "count": s.count, "nan_count": s.nan_count, "inf_count": s.inf_count,
-               "max_abs": s.max_abs}
-        for b in s.beyond:
-            row[f"beyond_{b['path']}"] = b["count"]
-            row[f"fraction_{b['path']}"] = b["fraction"]
-        row["attenuation_quantiles"] = {f"q{q['q']:g}": q["attenuation"] for q in s.attenuation_quantiles} or "no finite values"
-        rows.append(row)
-    tables = [Table("rows", f"{path.name}: pre-cap values against each path's dead zone (cap {c:g})", rows)]
-    for s in scans:
-        tables.append(Table(f"histogram:{s.name}", f"{s.name}: a/c", s.histogram))
-    dead = sum(b["count"] for s in scans for b in s.beyond)
-    sampled = [s.name for s in scans if s.sample_step > 1]
-    notes = [
-        "beyond_<path>: values that, rounded to the path's scores format, lie in its dead zone: at or past its first "
-        "zero-gradient input, or at or below the first one on the negative side",
-        "attenuation_quantiles: sech²(a/c) at the q-quantile of |a| — a fraction 1 − q of values is attenuated more",
+    rows = [{"name": s.name, "dtype": s.dtype, "count": s.count, "nan_count": s.nan_count, "inf_count": s.inf_count,
+             "max_abs": s.max_abs, "sampled_every": s.sample_step} for s in scans]
+    dead = [{"name": s.name, "path": b["path"], "scores": z.scores, "first_zero_grad_input": b["first_zero_grad_input"],
+             "first_zero_grad_input_below": b["first_zero_grad_input_below"], "count": b["count"], "above": b["above"],
+             "below": b["below"], "fraction": b["fraction"]} for s in scans for z, b in zip(zones, s.beyond)]
+    quantiles = [{"name": s.name, **q} for s in scans for q in s.attenuation_quantiles]
+    shown = max(scans, key=lambda s: (max((b["count"] for b in s.beyond), default=0), s.count), default=None)
+    tables = [
+        Table("rows", f"{path.name}: the tensors scanned", rows, ("name", "dtype", "count", "max_abs"),
+              wide=("nan_count", "inf_count", "sampled_every")),
+        Table("dead", f"values in each path's dead zone (cap {c:g})", dead,
+              ("name", "path", "first_zero_grad_input", "count", "fraction"), wide=("scores", "above", "below",
+                                                                                  "first_zero_grad_input_below")),
+        Table("quantiles", "attenuation sech²(a/c) at quantiles of |a|: a fraction 1 − q of values is attenuated more",
+              quantiles, ("name", "q", "abs_a", "attenuation")),
+        Table("histograms", "", [{"name": s.name, "bins": s.histogram} for s in scans], show=False),
     ]
-    notes += [f"{z.path}: one-sided; its gradient dies past {z.first_zero:g} and below {z.first_zero_below:g}"
+    if shown is not None and shown.count:
+        tables.append(Table("histogram", f"{shown.name}: share of values per a/c bin (the tensor with the most dead "
+                                         "values; --json has every tensor's)", shown.histogram, json=False))
+    sampled = [s for s in scans if s.sample_step > 1]
+    notes = ["a value counts as dead when, rounded to the path's scores format, it lies at or past the path's first "
+             "zero-gradient input (on the negative side: at or below the first one there)"]
+    notes += [f"{z.path}: one-sided; its gradient dies past {z.first_zero:g} and only below {z.first_zero_below:g}"
               for z in zones if z.one_sided]
     if sampled:
-        notes.append("quantiles and histogram from every k-th value (k = " + ", ".join(f"{s.sample_step} for {s.name}" for s in scans
-                     if s.sample_step > 1) + "); the counts are over every value")
+        notes.append("quantiles and histograms from every k-th value (k = " + ", ".join(
+            f"{s.sample_step} for {s.name}" for s in sampled) + "); the counts are over every value")
+    if any(not s.count for s in scans):
+        notes.append("no finite values in: " + ", ".join(s.name for s in scans if not s.count))
     return Report(
         command="scan",
-        params={"file": str(path), "cap": c, "paths": path_names, "keys": keys},
-        answer=(f"{dead:,} of {sum(s.count for s in scans):,} values in {path.name} lie in a dead zone of "
-                f"{', '.join(path_names)} at cap {c:g}.",),
+        params={"file": str(path), "cap": c, "paths": path_names, "scores": scores, "keys": keys},
+        answer=scan_answer(path, c, scans, zones),
         tables=tuple(tables),
         notes=tuple(notes),
-        figures={"zones": [{"path": z.path, "first_zero_grad_input": z.first_zero,
+        figures={"zones": [{"path": z.path, "scores": z.scores, "first_zero_grad_input": z.first_zero,
                             "first_zero_grad_input_below": z.first_zero_below} for z in zones]},
     )

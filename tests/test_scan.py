@@ -11,7 +11,8 @@ import torch
 from safetensors.numpy import save_file as save_np
 from safetensors.torch import save_file as save_pt
 
-from softcapgrad import formats, paths, progress, scan
+import recipes as paths
+from softcapgrad import formats, progress, scan
 
 C = 30.0
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -90,7 +91,7 @@ def test_counts_against_brute_force_in_every_kind(kind, dtype, tmp_path, monkeyp
     else:
         t = torch.from_numpy(a) if fmt.type.__module__ == "numpy" else torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
         torch.save({"x": t}, path)
-    names = ("eager-bf16", "eager-fp16", "fused-fp32", "sigmoid-bf16")
+    names = ("eager-bf16", "eager-fp16", "fp32-upcast", "sigmoid-bf16")
     s = _one(path, names)
     wide = a.astype(np.float64)
     assert s.count == int(np.count_nonzero(~np.isnan(wide))) and s.nan_count == int(np.isnan(wide).sum())
@@ -167,7 +168,8 @@ def test_thousands_of_tensors_and_non_float_ones_skipped(tmp_path):
     report = scan.scan_report(tmp_path / "many.safetensors", C, ["eager-bf16"], None)
     rows = report.tables[0].rows
     assert len(rows) == 3000 and not {"steps", "mask"} & {r["name"] for r in rows}
-    assert sum(r["beyond_eager-bf16"] for r in rows) == sum(_brute(v, _zone("eager-bf16")) for v in tensors.values() if v.dtype.kind == "f")
+    dead = [r for r in report.tables[1].rows if r["path"] == "eager-bf16"]
+    assert len(dead) == 3000 and sum(r["count"] for r in dead) == sum(_brute(v, _zone("eager-bf16")) for v in tensors.values() if v.dtype.kind == "f")
     with pytest.raises(scan.InputError, match="'mask' holds U8, not floating-point"):
         scan.scan_report(tmp_path / "many.safetensors", C, ["eager-bf16"], ["mask"])
 
@@ -203,7 +205,7 @@ def test_progress_reports_every_byte(tmp_path, monkeypatch):
 def test_cli_stored_as_and_unreadable_formats(cli, tmp_path):
     np.save(tmp_path / "f8.npy", np.array([1.0, 300.0], np.float32).astype(ml_dtypes.float8_e5m2))
     code, data, _, _ = cli("scan", str(tmp_path / "f8.npy"), "--stored-as", "fp8_e5m2", "--json")
-    assert code == 0 and data["rows"][0]["beyond_eager-bf16"] == 1
+    assert code == 0 and [(r["path"], r["count"]) for r in data["dead"]] == [("torch-eager-cpu", 1)]
     for args, needle in (([str(tmp_path / "f8.npy")], "--stored-as"), ([str(tmp_path / "f8.npy"), "--stored-as", "bf16"], "2-byte")):
         code, _, _, err = cli("scan", *args)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

@@ -6,7 +6,8 @@ from importlib.resources import files
 import numpy as np
 import pytest
 
-from softcapgrad import formats, names, paths, recorded, stacks
+import recipes as paths
+from softcapgrad import formats, names, recorded, stacks
 from softcapgrad.checks import InputError
 
 BF16, FP32 = formats.resolve("bf16"), np.dtype(np.float32)

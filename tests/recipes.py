@@ -1,10 +1,10 @@
-"""The recipes ``scan`` counts against, until it takes its thresholds from the real stacks (stacks.py).
+"""The six recipes the first horizon table emulated op by op, kept as an independent reference.
 
-A recipe names the format of the pre-cap scores, the format the cap is computed in, what the
-backward reads (the rounded *output*, as eager autograd does for tanh and sigmoid, or the
-*input*, recomputing in fp32), and the cap function; it runs with torch on the CPU. Five of them
-are exactly a real stack (stacks.ALIASES); ``fused-fp32`` emulates a fused kernel with the CPU's fp32
-tanh and equals none: horizon --path no longer takes it.
+Each names the scores format, the format the cap runs in, what the backward reads and the cap
+function, written out with torch ops here rather than through the stack registry, so the tests
+can check that the real stacks the old names now stand for give the same gradient bit for bit,
+and that ``fused-fp32`` (the CPU's eager fp32 tanh behind a recomputing backward) equals no fused
+kernel.
 """
 
 from __future__ import annotations
