@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch.overrides import TorchFunctionMode
 
+from softcapgrad.remedy import every_value, fast_path, lookup_backward
+
 LOW = (torch.bfloat16, torch.float16)
 
 
@@ -54,7 +56,16 @@ class FromInput(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (x,) = ctx.saved_tensors
+        if fast_path(x) and grad.dtype == x.dtype and not torch.is_grad_enabled():
+            return lookup_backward(x, grad, slope_table(x.dtype, ctx.fn)), None
         return OPS[ctx.fn][1](x.float()).mul_(grad).to(x.dtype), None
+
+
+@functools.lru_cache(maxsize=8)
+def slope_table(dtype: torch.dtype, fn: str) -> torch.Tensor:
+    """The fp32 derivative at every one of a 16-bit format's 65,536 values: the backward becomes a look-up
+    (the remedy's), one fp32 product and one rounding, with no full-size fp32 scratch."""
+    return OPS[fn][1](every_value(dtype).float())
 
 
 FUNCTIONS = {

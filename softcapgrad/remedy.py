@@ -47,7 +47,7 @@ def sech2_fp32(x: torch.Tensor, cap: float) -> torch.Tensor:
     return u.cosh_().reciprocal_().square_()
 
 
-def _every_value(dtype: torch.dtype) -> torch.Tensor:
+def every_value(dtype: torch.dtype) -> torch.Tensor:
     """The 65,536 values of a 16-bit format, indexed by their bit pattern read as an unsigned integer."""
     return torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
 
@@ -60,7 +60,7 @@ def _strided(t: torch.Tensor) -> torch.Tensor:
 @lru_cache(maxsize=32)
 def _forward_table(dtype: torch.dtype, cap: float) -> torch.Tensor | None:
     """cap·tanh(v/cap) for every v of the format, or None where kernel paths disagree on a value."""
-    v = _every_value(dtype)
+    v = every_value(dtype)
     vectorised = cap * torch.tanh(v / cap)
     scalar = _strided(torch.tanh(_strided(_strided(v) / cap))) * cap
     same = (vectorised.view(torch.int16) == scalar.view(torch.int16)) | (vectorised.isnan() & scalar.isnan())
@@ -70,7 +70,7 @@ def _forward_table(dtype: torch.dtype, cap: float) -> torch.Tensor | None:
 @lru_cache(maxsize=32)
 def _backward_table(dtype: torch.dtype, cap: float) -> torch.Tensor:
     """sech²(v/cap) in fp32 for every v of the format."""
-    return sech2_fp32(_every_value(dtype), cap)
+    return sech2_fp32(every_value(dtype), cap)
 
 
 def _patterns(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -93,7 +93,7 @@ def _lookup_forward(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _lookup_backward(x: torch.Tensor, grad: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+def lookup_backward(x: torch.Tensor, grad: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=x.dtype)
     xf, gf, of = chunks.flat_view(x), chunks.flat_view(grad), out.view(-1)
 
@@ -123,7 +123,7 @@ def _chunked_backward(x: torch.Tensor, grad: torch.Tensor, cap: float) -> torch.
     return out
 
 
-def _fast(x: torch.Tensor) -> bool:
+def fast_path(x: torch.Tensor) -> bool:
     """The table and chunk paths: on the CPU, not while torch.compile traces, and not under a dispatch
     mode (a DeadZoneMonitor, a FLOP counter, fake tensors), which must see the formula's own ops."""
     from torch.utils._python_dispatch import is_in_torch_dispatch_mode
@@ -142,7 +142,7 @@ class _CapFromInput(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, cap: float, derivative: str) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.cap, ctx.derivative = cap, derivative
-        if x.dtype in _TABLE_DTYPES and _fast(x):
+        if x.dtype in _TABLE_DTYPES and fast_path(x):
             table = _forward_table(x.dtype, cap)
             if table is not None:
                 return _lookup_forward(x, table)
@@ -155,9 +155,9 @@ class _CapFromInput(torch.autograd.Function):
         if ctx.derivative != "sech2":
             t = torch.tanh(x / cap)
             return grad * (1 - t * t), None, None
-        if _fast(x) and not torch.is_grad_enabled() and grad.dtype == x.dtype:
+        if fast_path(x) and not torch.is_grad_enabled() and grad.dtype == x.dtype:
             if x.dtype in _TABLE_DTYPES:
-                return _lookup_backward(x, grad, _backward_table(x.dtype, cap)), None, None
+                return lookup_backward(x, grad, _backward_table(x.dtype, cap)), None, None
             if x.dtype == torch.float32:
                 return _chunked_backward(x, grad, cap), None, None
         return sech2_fp32(x, cap).mul_(grad).to(x.dtype), None, None
