@@ -38,6 +38,10 @@ WORDS = st.sampled_from(["all", "ALL", "bf16", "BF16", "torch.bfloat16", "e4m3",
                          "competition", "cost", "wd", "anchors", "", "eager-bf16", "nonsense"])
 
 
+STACK_NAMES = st.sampled_from(["torch-eager-cpu", "EAGER-BF16", "fp32-upcast", "sigmoid-bf16", "jax-jit-cpu",
+                                "tanh-approx-cuda", "torch-eager-cuda", "fused-fp32", "nope", ""])
+
+
 def _option(name: str, values) -> st.SearchStrategy[list[str]]:
     return values.map(lambda v: [name, v])
 
@@ -47,7 +51,7 @@ def _command(name: str, options: dict[str, st.SearchStrategy]) -> st.SearchStrat
     flags = st.lists(st.sampled_from(["--json", "--wide"]), max_size=2, unique=True)
 
     def build(keys: list[str], extra: list[str], draw_values: list[list[str]]) -> list[str]:
-        return [name, *[part for pair in draw_values for part in pair], *extra]
+        return [*name.split(), *[part for pair in draw_values for part in pair], *extra]
 
     return chosen.flatmap(
         lambda keys: st.tuples(*[_option(k, options[k]) for k in keys]).flatmap(
@@ -67,6 +71,13 @@ COMMANDS = {
                   "--seed": INTEGERS, "--tokens": INTEGERS, "--heads": INTEGERS, "--model-dim": INTEGERS,
                   "--kv-heads": INTEGERS, "--head-dim": INTEGERS},
     "tether-demo": {"--section": st.sampled_from(["clamp", "floor", "anchors", "Floor", "nope"]), "--seed": INTEGERS},
+    "horizon --path": {"--path": STACK_NAMES, "--scores": WORDS, "--cap": NUMBERS, "--at": NUMBERS},
+    "stacks": {"--record": st.sampled_from(["out.json", "a-file/out.json", "out.txt", ""])},
+    "audit-model": {"--model-type": st.sampled_from(["gemma2", "llama", "LLAMA", "nope", ""]),
+                    "--set": st.sampled_from(["final_logit_softcapping=30", "attn_logit_softcapping=-1", "x=1", "=",
+                                              "num_hidden_layers=abc", "vocab_size=0", "hidden_size=100000000"]),
+                    "--attn": st.sampled_from(["eager", "sdpa", "nope", "all"]), "--dtype": WORDS,
+                    "--seq-len": INTEGERS, "--batch": INTEGERS, "--scale-logits": NUMBERS, "--seed": INTEGERS},
 }
 
 
