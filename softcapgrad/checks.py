@@ -16,6 +16,18 @@ def positive(name: str, value: float) -> float:
     return float(value)
 
 
+FP32_NORMAL_RANGE = (2.0**-126, 3.4028234663852886e38)  # smallest normal and largest finite fp32
+
+
+def fp32_cap(name: str, value: float) -> float:
+    """A cap the stacks can divide by: the eager and compiled caps compute a/c in fp32."""
+    lo, hi = FP32_NORMAL_RANGE
+    positive(name, value)
+    if not lo <= value <= hi:
+        raise InputError(f"{name} {value!r}: the stacks compute a/c in fp32, so the cap must lie in [{lo:.4g}, {hi:.4g}]")
+    return float(value)
+
+
 def positives(name: str, values: Iterable[float]) -> list[float]:
     return [positive(name, v) for v in values]
 

@@ -22,7 +22,7 @@ import typer
 from typer.core import TyperGroup
 
 from softcapgrad import __version__
-from softcapgrad.checks import InputError, at_least, choice, finite, increasing_range, positive, positives, within
+from softcapgrad.checks import InputError, at_least, choice, finite, fp32_cap, increasing_range, positive, positives, within
 from softcapgrad.formats import FORMAT_NAMES
 from softcapgrad.names import DYNAMICS_BACKWARDS, GATE_SECTIONS, KNEE_FUNCTIONS, KNEE_STACKS, STACK_PATHS, TETHER_SECTIONS
 from softcapgrad.report import Report, as_json, render_table
@@ -534,7 +534,7 @@ def scan(
         from softcapgrad.scan import scan_report
         from softcapgrad.stacks import STACKS, resolve_path
 
-        c = positive("--cap", cap)
+        c = fp32_cap("--cap", cap)
         every = any(p.strip().lower() == "all" for p in path or [])
         names = list(STACKS) if every else list(dict.fromkeys(path or ["torch-eager-cpu"]))
         scores = formats.canonical_name(dtype or "bf16")

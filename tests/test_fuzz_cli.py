@@ -213,3 +213,22 @@ def test_unwritable_outputs_fail_before_computing(runner, argv, tmp_path, monkey
     result = runner.invoke(app, argv)
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"], "nothing was written"
+
+
+@pytest.mark.parametrize("argv", [
+    ["dynamics", "--a0", "0", "--classes", "1.5"],  # typer's own click raised past the one-line handler
+    ["dynamics", "--correct", "710"],  # e^710 overflowed; the run is already converged
+    ["dynamics", "--threshold", "1e-20"],  # unreachable under the cap: refused, not 100,000 steps
+    ["horizon", "--at", "3.4028235677973366e+38"],  # past bf16's largest value: a cast overflow
+    ["horizon", "--cap", "8.507058919493342e+37"],  # the default probe 4c past bf16's largest value
+    ["identity", "--points", "2001", "--at", "400"],  # sech² underflowed, 1/sech² overflowed
+    ["gate-demo", "--section", "stability", "--json"],  # the naive sigmoid's ∞/∞ left a bare NaN
+], ids=lambda argv: " ".join(argv))
+def test_invocations_that_once_failed(runner, argv):
+    check_invocation(runner, argv)
+
+
+@pytest.mark.parametrize("name, cap", [("inf.npy", "1"), ("plain.npy", "1e-320"), ("allnan.npy", "30"),
+                                       ("bf16.npy", "30"), ("sparse.pt", "30"), ("longdouble.npy", "30")])
+def test_scans_that_once_failed(runner, odd_files, name, cap):
+    check_invocation(runner, ["scan", str(odd_files[name]), "--cap", cap, "--json"])
