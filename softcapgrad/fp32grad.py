@@ -26,14 +26,9 @@ from dataclasses import dataclass
 import torch
 from torch.overrides import TorchFunctionMode
 
-from softcapgrad.remedy import every_value, fast_path, lookup_backward
+from softcapgrad.remedy import every_value, fast_path, lookup_backward, sech2_fp32
 
 LOW = (torch.bfloat16, torch.float16)
-
-
-def sech2(x32: torch.Tensor) -> torch.Tensor:
-    """d tanh/dx = sech²(x) = (1/cosh x)², in place on the fp32 buffer ``x32``."""
-    return x32.cosh_().reciprocal_().square_()
 
 
 def sigmoid_slope(x32: torch.Tensor) -> torch.Tensor:
@@ -41,7 +36,7 @@ def sigmoid_slope(x32: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(-x32).mul_(x32.sigmoid_())
 
 
-OPS = {"tanh": (torch.tanh, sech2), "sigmoid": (torch.sigmoid, sigmoid_slope)}
+OPS = {"tanh": (torch.tanh, lambda x32: sech2_fp32(x32, 1.0)), "sigmoid": (torch.sigmoid, sigmoid_slope)}
 
 
 class FromInput(torch.autograd.Function):

@@ -132,16 +132,12 @@ def fast_path(x: torch.Tensor) -> bool:
 
 
 class _CapFromInput(torch.autograd.Function):
-    """cap·tanh(x/cap) saving only x; the backward recomputes the derivative from x.
-
-    derivative "sech2": sech²(x/cap) in fp32 (the remedy). "one_minus_tanh2": 1 − t² with
-    t = tanh(x/cap) recomputed in x's format, as fused kernels on fp32 scores do.
-    """
+    """cap·tanh(x/cap) saving only x; the backward is sech²(x/cap) in fp32 from x, rounded once."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, cap: float, derivative: str) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, cap: float) -> torch.Tensor:
         ctx.save_for_backward(x)
-        ctx.cap, ctx.derivative = cap, derivative
+        ctx.cap = cap
         if x.dtype in _TABLE_DTYPES and fast_path(x):
             table = _forward_table(x.dtype, cap)
             if table is not None:
@@ -152,26 +148,19 @@ class _CapFromInput(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         (x,) = ctx.saved_tensors
         cap = ctx.cap
-        if ctx.derivative != "sech2":
-            t = torch.tanh(x / cap)
-            return grad * (1 - t * t), None, None
         if fast_path(x) and not torch.is_grad_enabled() and grad.dtype == x.dtype:
             if x.dtype in _TABLE_DTYPES:
-                return lookup_backward(x, grad, _backward_table(x.dtype, cap)), None, None
+                return lookup_backward(x, grad, _backward_table(x.dtype, cap)), None
             if x.dtype == torch.float32:
-                return _chunked_backward(x, grad, cap), None, None
-        return sech2_fp32(x, cap).mul_(grad).to(x.dtype), None, None
-
-
-def cap_from_input(x: torch.Tensor, cap: float, derivative: str = "sech2") -> torch.Tensor:
-    return _CapFromInput.apply(x, float(cap), derivative)
+                return _chunked_backward(x, grad, cap), None
+        return sech2_fp32(x, cap).mul_(grad).to(x.dtype), None
 
 
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
     """cap·tanh(x/cap) with a gradient recomputed in fp32 from the input."""
     if not cap > 0:
         raise ValueError(f"cap must be > 0, got {cap!r}")
-    return cap_from_input(x, cap, "sech2")
+    return _CapFromInput.apply(x, float(cap))
 
 
 class SoftCap(nn.Module):

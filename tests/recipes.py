@@ -17,7 +17,6 @@ import torch
 
 from softcapgrad import formats
 from softcapgrad.backends import formula
-from softcapgrad.remedy import cap_from_input
 from softcapgrad.stacks import Sigmoid
 
 
@@ -49,10 +48,26 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+class _TanhRecomputed(torch.autograd.Function):
+    """c·tanh(x/c) saving x; the backward recomputes t = tanh(x/c) in x's format and forms 1 − t² there."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, c: float) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.c = c
+        return c * torch.tanh(x / c)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(x / ctx.c)
+        return grad * (1 - t * t), None
+
+
 def capped(recipe: Recipe, x: torch.Tensor, c: float, sigmoid: Sigmoid) -> torch.Tensor:
     """The recipe's forward from scores ``x``; autograd of it is the recipe's backward."""
     if recipe.backward_reads == "input" and recipe.name != "remedy":
-        return cap_from_input(x.to(getattr(torch, recipe.compute)), c, "one_minus_tanh2")
+        return _TanhRecomputed.apply(x.to(getattr(torch, recipe.compute)), c)
     fn = "remedy" if recipe.name == "remedy" else recipe.fn
     return formula(fn, c, sigmoid.resolved(c), upcast=recipe.compute != recipe.scores)(x)
 
