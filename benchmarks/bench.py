@@ -279,7 +279,8 @@ def dynamics() -> list[Figure]:
     import ml_dtypes
     import numpy as np
 
-    from softcapgrad.laws.dynamics import Backward, Setting, descend_autograd, descend_by_table, headline, sweep
+    from softcapgrad.laws.dynamics import Setting, headline, sweep
+    from softcapgrad.laws.lowprecision import Backward, descend_autograd, descend_by_table
     from softcapgrad.training.remedy import softcap
 
     REMEDY = Backward("remedy", softcap)
