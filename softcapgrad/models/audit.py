@@ -16,7 +16,7 @@ dead config. Implementations that raise at build or at run are ``refused`` with 
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import dataclasses
 import json
 import math
@@ -109,17 +109,6 @@ def _fields(config_class) -> set[str]:
     return set(inspect.signature(config_class).parameters)
 
 
-def _split(sets: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    top, nested = {}, {}
-    for key, value in sets.items():
-        head, dot, rest = key.partition(".")
-        if dot:
-            nested.setdefault(head, {})[rest] = value
-        else:
-            top[key] = value
-    return top, nested
-
-
 def _known(config_class, values: dict[str, Any], where: str) -> dict[str, Any]:
     """``values`` checked against the config class's fields; integers given to float fields become floats."""
     names = _fields(config_class)
@@ -136,36 +125,81 @@ def _known(config_class, values: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def model_type_config(model_type: str, sets: dict[str, Any]):
-    """A tiny configuration of ``model_type``: :data:`TINY` where the config has the field, then ``sets``."""
+    """The tiny configuration of ``model_type`` (models/tiny.py), then ``sets`` (``SUB.KEY`` inside a sub-configuration)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from softcapgrad.models import tiny
 
     if model_type not in CONFIG_MAPPING:
         close = sorted(k for k in CONFIG_MAPPING if model_type.split("_")[0] in k)[:8]
         raise InputError(f"--model-type {model_type!r}: not a transformers model type"
                          + (f"; similar: {', '.join(close)}" if close else ""))
-    cls = CONFIG_MAPPING[model_type]
-    top, nested = _split(sets)
-    subs = getattr(cls, "sub_configs", {}) or {}
-    top = _known(cls, top, "")
-    kwargs = {k: v for k, v in TINY.items() if k in _fields(cls)}
-    for name, sub in subs.items():
-        if not isinstance(sub, type):
-            continue
-        given = _known(sub, nested.pop(name, {}), f"{name}.")
-        kwargs[name] = {**{k: v for k, v in TINY.items() if k in _fields(sub)}, **given}
-    if nested:
-        raise InputError(f"--set {next(iter(nested))}.…: {cls.__name__} has no sub-configuration {next(iter(nested))!r}")
-    kwargs.update(top)
-    return _validated(lambda: cls(**kwargs))
+    try:
+        kwargs = tiny.tiny_dict(model_type)
+        with quiet():
+            base = CONFIG_MAPPING[model_type](**kwargs)
+    except ImportError as err:
+        raise InputError(missing_package(err, model_type)) from None
+    except InputError:
+        raise
+    except Exception as err:
+        raise InputError(f"--model-type {model_type}: its tiny configuration does not validate: {tiny.reason(err)}") from None
+    if not sets:
+        return base
+    for key, value in sets.items():
+        target, where, d = base, "", kwargs
+        *heads, last = key.split(".")
+        for head in heads:
+            sub = getattr(target, head, None)
+            if sub is None or not hasattr(sub, "to_dict"):
+                raise InputError(f"--set {key}: {type(target).__name__} has no sub-configuration {head!r}")
+            target, where = sub, f"{where}{head}."
+            d = d.setdefault(head, {}) if isinstance(d.get(head, {}), dict) else {}
+        if last in tiny.LAYER_COUNTS:  # a new depth: the class derives its per-layer lists again
+            kept = tiny.without_layer_lists(d, last)
+            d.clear()
+            d.update(kept)
+        d[last] = _known(type(target), {last: value}, where)[last]
+    try:
+        with quiet():
+            return CONFIG_MAPPING[model_type](**kwargs)
+    except Exception as err:
+        given = ", ".join(f"{k}={v!r}" for k, v in sets.items())
+        raise InputError(f"--set {given}: {tiny.reason(err)}") from None
 
 
-def _validated(make):
+@contextlib.contextmanager
+def quiet():
+    """The library's log kept to errors meanwhile: its warnings about a tiny configuration are not the answer."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def missing_package(err: ImportError, what: str) -> str:
+    """One line naming the package an ImportError asks for."""
+    import re
+
+    text = " ".join(str(err).split())
+    found = re.search(r"requires the (\S+) library", text) or re.search(r"No module named '([\w.]+)'", text)
+    name = found.group(1) if found else (getattr(err, "name", None) or "an optional package")
+    return f"{what} needs the package {name.split('.')[0]}, which is not installed here (pip install {name.split('.')[0]})"
+
+
+def _validated(make, where: str):
     try:
         return make()
     except InputError:
         raise
     except Exception as err:  # transformers' strict dataclasses raise their own types
-        raise InputError(f"--set: {' '.join(str(err).split())[:300]}") from None
+        from softcapgrad.models.tiny import reason
+
+        raise InputError(f"--set {where}: {reason(err)}") from None
 
 
 def directory_config(directory: Path, sets: dict[str, Any]):
@@ -189,7 +223,7 @@ def directory_config(directory: Path, sets: dict[str, Any]):
         if not hasattr(target, name):
             raise InputError(f"--set {key}: {type(target).__name__} has no field {name!r}")
         value = _known(type(target), {name: value}, key[: len(key) - len(name)])[name]
-        _validated(lambda: setattr(target, name, value))
+        _validated(lambda: setattr(target, name, value), f"{key}={value!r}")
     return config
 
 
@@ -205,18 +239,10 @@ def source(directory: Path | None, model_type: str | None, sets: list[str]) -> S
 
 
 def model_class(config):
-    """The transformers class with a language-model head for ``config`` (causal, else sequence-to-sequence)."""
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-    )
+    """The class audited: the language-model head where there is one, else the module that holds the caps."""
+    from softcapgrad.models.runnable import model_class as chosen
 
-    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return AutoModelForCausalLM
-    if config.model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
-        return AutoModelForSeq2SeqLM
-    raise InputError(f"model type {config.model_type!r} has no causal or sequence-to-sequence language-model head in transformers")
+    return chosen(config)
 
 
 def random_ids(config, batch: int, seq_len: int, seed: int):
@@ -234,8 +260,9 @@ def check_ids(ids, config, where: str) -> None:
 
 def vocabulary(config) -> int:
     """The smallest ``vocab_size`` over the config and its sub-configurations: token ids must be below it."""
-    sizes = [v for c in _configs(config) if isinstance(v := getattr(c[1], "vocab_size", None), int)]
-    return min(sizes) if sizes else 0
+    sizes = [v for _, c in _configs(config) for name in ("vocab_size", "unpadded_vocab_size", "text_vocab_size")
+             if isinstance(v := getattr(c, name, None), int) and v > 0]
+    return min(sizes) if sizes else 1  # a model without tokens: the ids only give the batch its shape
 
 
 def _configs(config, prefix: str = ""):
@@ -246,45 +273,6 @@ def _configs(config, prefix: str = ""):
     for name, value in vars(config).items():
         if isinstance(value, PreTrainedConfig):
             yield from _configs(value, f"{prefix}{name}.")
-
-
-# --- config soft-caps ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CapField:
-    field: str  # "final_logit_softcapping", "decoder.attn_logit_softcapping"
-    caps: str  # "attention" (scores) | "final logits" | "other"
-    cap: float | None
-
-
-def kind_of_field(name: str) -> str:
-    name = name.rsplit(".", 1)[-1]
-    if "attn" in name or "attention" in name:
-        return "attention"
-    if "final" in name or ("logit" in name and "router" not in name):
-        return "final logits"
-    return "other"
-
-
-def cap_fields(config) -> list[CapField]:
-    """Every config field whose name holds 'softcap', set or not."""
-    out = []
-    for prefix, c in _configs(config):
-        for name, value in vars(c).items():
-            if "softcap" in name and (value is None or isinstance(value, (int, float)) and not isinstance(value, bool)):
-                out.append(CapField(prefix + name, kind_of_field(name), None if value is None else float(value)))
-    return out
-
-
-def with_field(config, name: str, value: float):
-    probe = copy.deepcopy(config)
-    target = probe
-    *heads, last = name.split(".")
-    for head in heads:
-        target = getattr(target, head)
-    setattr(target, last, value)
-    return probe
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -322,15 +310,10 @@ def _first_line(err: BaseException) -> str:
 
 
 def build(src: Source, config, implementation: str, dtype, state=None, device: str = "cpu"):
+    from softcapgrad.models import runnable
+
     cls = model_class(config)
-    config = copy.deepcopy(config)
-    if src.weights:
-        model = cls.from_pretrained(src.directory, config=config, attn_implementation=implementation, dtype=dtype,
-                                    local_files_only=True)
-    else:
-        model = cls.from_config(config, attn_implementation=implementation, dtype=dtype)
-    if state is not None:
-        model.load_state_dict(state)
+    model = runnable.build(cls, config, implementation, dtype, state, src.directory if src.weights else None)
     return model.to(device)
 
 
@@ -344,22 +327,32 @@ class Batch:
 
 
 def forward(model, batch: Batch, grad: bool):
-    """Logits (and the loss when ``grad``) of one batch; the output embedding scaled by ``scale_logits``."""
+    """The output (logits, else the last hidden state) of one batch, and its backward when ``grad``.
+
+    The output embedding is scaled by ``scale_logits`` (a confident model); a model without one
+    takes the batch unscaled.
+    """
     import torch
 
+    from softcapgrad.models import runnable
+
     handle = None
-    if batch.scale_logits != 1.0:
-        head = model.get_output_embeddings()
+    head = model.get_output_embeddings() if batch.scale_logits != 1.0 and hasattr(model, "get_output_embeddings") else None
+    if head is not None:
         handle = head.register_forward_hook(lambda module, args, out: out * batch.scale_logits)
-    ids = batch.ids.to(batch.device)
+    fed = runnable.inputs(type(model), model.config, batch.ids, batch.seed)
+    kwargs = {k: v.to(batch.device) if hasattr(v, "to") else v for k, v in fed.kwargs.items()}
+    if any(v.is_floating_point() for v in kwargs.values()):
+        kwargs = {k: v.to(model.dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
     torch.manual_seed(batch.seed)
     try:
         with torch.set_grad_enabled(grad), torch.autocast(batch.device, dtype=getattr(torch, batch.autocast or "float32"),
                                                           enabled=batch.autocast is not None):
-            out = model(input_ids=ids, labels=ids)
+            out = model(**kwargs)
+            loss = runnable.loss(out, fed.labels) if grad else None
         if grad:
-            out.loss.backward()
-        return out.logits.detach()
+            loss.backward()
+        return runnable.output(out).detach()
     finally:
         if handle is not None:
             handle.remove()
@@ -404,61 +397,86 @@ def _run_implementation(src: Source, implementation: str, batch: Batch, dtype, s
     return Run(implementation, status, reason, monitor.rows(), inputs, monitor.hidden(), model)
 
 
-# --- verdicts ---------------------------------------------------------------------------------
+# --- caps and gates, found by running -----------------------------------------------------------
 
 
-def kind_of_site(module: str, root: str) -> str:
-    last = module.rsplit(".", 1)[-1].lower()
-    if "attn" in last or "attention" in last:
-        return "attention"
-    return "final logits" if module == root else "other"
+DISCOVERY = (3, 7)  # batch and tokens of the discovery forward: apart from every tiny size, so shapes name axes
 
 
-def _sees(run: Run, f: CapField, root: str, by_sub_model: bool = True) -> bool:
-    """The monitor saw a tanh dividing by the field's value in a module of the field's kind.
-
-    ``by_sub_model``: a field of a sub-configuration (``decoder.…``) also needs the module to lie in
-    that sub-model; a site on the root model cannot tell which sub-configuration it read.
-    """
-    prefix = f.field.rsplit(".", 1)[0] if "." in f.field else ""
-    for s in run.sites:
-        if s.fn != "tanh" or s.cap is None or not math.isclose(s.cap, f.cap, rel_tol=1e-6):
-            continue
-        if kind_of_site(s.module, root) != f.caps:
-            continue
-        if not (by_sub_model and prefix) or f".{prefix}." in f".{s.module}.":
-            return True
-    return False
+@dataclass(frozen=True)
+class Discovery:
+    caps: list  # caps.Cap
+    gates: list  # contracts.Contract
 
 
-def verdict(src: Source, run: Run, f: CapField, batch: Batch, dtype, state, root: str) -> str:
-    """applied | hidden | ignored | not set | the run's status; see the module docstring."""
+def discover(src: Source, dtype, state, seed: int, device: str) -> Discovery:
+    """One eager forward traced op by op, then one per probed field (models/caps.py); gates from the first."""
+    import torch
+
+    from softcapgrad.models import caps, contracts, trace
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocabulary(src.config), DISCOVERY, generator=g)
+    batch = Batch(ids, 1.0, None, seed, device)
+    first: dict = {}
+
+    def tanhs_of(config):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = build(src, config, "eager", dtype, state, device)
+            model.eval()
+            t = trace.trace(model, lambda m: forward(m, batch, grad=False))
+        first.setdefault("trace", t)
+        first.setdefault("model", model)
+        return t.tanhs
+
+    found = caps.discover(src.config, tanhs_of, lambda: first["model"])
+    gates = contracts.contracts(first["trace"].gates, src.config, *DISCOVERY)
+    return Discovery(found, gates)
+
+
+def _module(name: str) -> str:
+    from softcapgrad.models.trace import _layerless
+
+    return _layerless(name)
+
+
+def seen(run: Run, cap) -> bool:
+    """The monitor saw this cap's tanh (its module, its divisor) in this run."""
+    return any(s.fn == "tanh" and s.cap is not None and cap.divisor is not None and math.isclose(s.cap, cap.divisor, rel_tol=1e-5)
+               and _module(s.module) in cap.modules for s in run.sites)
+
+
+def verdict(src: Source, run: Run, cap, batch: Batch, dtype, state) -> str:
+    """applied | hidden | ignored | the cap's own status (off, dead config, unused) | the run's status."""
+    if cap.status not in ("applied", "hard-coded"):
+        return cap.status
     if run.status not in ("ran", "forward only"):
         return run.status
-    if f.cap is None:
-        return "not set"
-    if _sees(run, f, root):
+    if seen(run, cap):
         return "applied"
-    changed = probe(src, run, f, batch, dtype, state)
-    if changed != "changed":
-        return changed
-    return "applied" if _sees(run, f, root, by_sub_model=False) else "hidden"
+    if cap.field is None:
+        return "not seen"
+    return probe(src, run, cap, batch, dtype, state)
 
 
-def probe(src: Source, run: Run, f: CapField, batch: Batch, dtype, state) -> str:
-    """'changed' when setting the field to PROBE_CAP changes the logits, 'ignored' when they stay bit-identical."""
+def probe(src: Source, run: Run, cap, batch: Batch, dtype, state) -> str:
+    """'hidden' when moving the field (×SCALE) changes this implementation's output, 'ignored' when it stays bit-identical."""
     import torch
+
+    from softcapgrad.models.caps import SCALE, with_value
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the run itself already recorded this implementation's warnings
-            model = build(src, with_field(src.config, f.field, PROBE_CAP), run.implementation, dtype, state, batch.device)
+            model = build(src, with_value(src.config, cap.field, cap.value * SCALE), run.implementation, dtype, state,
+                          batch.device)
             model.train()
             base = forward(run.model, batch, grad=False)
-            changed = forward(model, batch, grad=False)
+            moved = forward(model, batch, grad=False)
     except Exception as err:
         return f"probe failed: {_first_line(err)}"
-    return "ignored" if torch.equal(base, changed) else "changed"
+    return "ignored" if torch.equal(base, moved) else "hidden"
 
 
 @dataclass(frozen=True)
@@ -471,180 +489,73 @@ class Audit:
     shape: tuple[int, int]
     scale_logits: float
     random_weights: bool
-    fields: list[CapField]
+    caps: list  # caps.Cap, found by running
+    gates: list  # contracts.Contract
     runs: list[Run]
-    verdicts: dict[str, dict[str, str]]  # field -> implementation -> verdict
+    verdicts: dict[int, dict[str, str]]  # index into caps -> implementation -> verdict
 
 
 def audit(src: Source, implementations: list[str], batch: Batch, dtype_name: str) -> Audit:
+    """Find the caps and gates, then run every implementation."""
+    with quiet():
+        return _audit(src, implementations, batch, dtype_name)
+
+
+def _audit(src: Source, implementations: list[str], batch: Batch, dtype_name: str) -> Audit:
     import torch
 
+    from softcapgrad.models import runnable, tiny
+
     dtype = getattr(torch, dtype_name)
+    tiny.refuse_if_too_big(src.config, dtype.itemsize)
+    cls = runnable.model_class(src.config)
     torch.manual_seed(batch.seed)
-    state = None
-    if not src.weights:  # one set of random weights for every implementation
-        base = build(src, src.config, "eager", dtype, device=batch.device)
-        state = base.state_dict()
-        root = type(base).__name__
-    else:
-        root = None
-    fields = cap_fields(src.config)
-    runs, verdicts = [], {f.field: {} for f in fields}
+    try:  # one set of weights for every implementation and probe: random, or the directory's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = build(src, src.config, "eager", dtype, device=batch.device).state_dict()
+    except ImportError as err:
+        raise InputError(missing_package(err, cls.__name__)) from None
+    except Exception as err:
+        where = f"the weights in {src.directory}" if src.weights else f"{cls.__name__} (tiny {src.config.model_type})"
+        raise InputError(f"{where} cannot be built or read: {_first_line(err)}") from None
+    weights = Source(src.config, src.directory, False)  # from here on: the weights read once, as a state
+    try:
+        found = discover(weights, dtype, state, batch.seed, batch.device)
+    except InputError:
+        raise
+    except Exception as err:
+        raise InputError(f"{cls.__name__} does not run a forward on its tiny inputs: {_first_line(err)}") from None
+    if runnable.headless(cls):  # a field its head would read is not dead: this module has no head
+        found = Discovery([dataclasses.replace(c, status="no head here", evidence=c.evidence + f"; {cls.__name__} has no "
+                                               "output head, which is where a final cap would run")
+                           if c.status == "dead config" else c for c in found.caps], found.gates)
+    runs, verdicts = [], {i: {} for i in range(len(found.caps))}
     with progress.task("audit-model: one forward and backward per attention implementation", len(implementations)) as advance:
         for implementation in implementations:
-            run = run_implementation(src, implementation, batch, dtype, state)
-            if run.model is not None:
-                root = type(run.model).__name__
-            for f in fields:
-                verdicts[f.field][implementation] = verdict(src, run, f, batch, dtype, state, root)
+            run = run_implementation(weights, implementation, batch, dtype, state)
+            for i, cap in enumerate(found.caps):
+                verdicts[i][implementation] = verdict(weights, run, cap, batch, dtype, state)
             run.model = None
             runs.append(run)
             advance(1)
+    if not any(r.status in ("ran", "forward only") for r in runs) and all(r.status != "not installed" for r in runs):
+        first = runs[0]
+        raise InputError(f"{cls.__name__} ran under no implementation: {first.implementation} {first.status}: {first.reason}")
     return Audit(
-        model=root or "?", model_type=src.config.model_type, dtype=dtype_name, device=batch.device, autocast=batch.autocast,
+        model=cls.__name__, model_type=src.config.model_type, dtype=dtype_name, device=batch.device, autocast=batch.autocast,
         shape=tuple(batch.ids.shape), scale_logits=batch.scale_logits, random_weights=not src.weights,
-        fields=fields, runs=runs, verdicts=verdicts,
+        caps=found.caps, gates=found.gates, runs=runs, verdicts=verdicts,
     )
 
 
-def field_status(verdicts: dict[str, str], cap: float | None) -> str:
-    if cap is None:
-        return "not set"
+def field_status(cap, verdicts: dict[str, str]) -> str:
+    """Over every implementation: applied (by one at least), dead config (set, every run ignores it), not run, or the cap's own status."""
+    if cap.status not in ("applied", "hard-coded"):
+        return cap.status
     if any(v in ("applied", "hidden") for v in verdicts.values()):
-        return "live"
-    return "dead" if any(v == "ignored" for v in verdicts.values()) else "not run"
-
-
-# --- the report -------------------------------------------------------------------------------
-
-
-HIDDEN_PATH = {"flex_attention": "flex-attention", "flash_attention_2": "tanh-approx"}  # flash-attn caps with tanh.approx.f32
-
-
-def site_rows(result: Audit) -> list[dict]:
-    """One row per soft-cap site per implementation: the monitor's, then the applied-but-hidden fields."""
-    from softcapgrad.stacks.watch import first_zero
-
-    rows = []
-    eager = next((r for r in result.runs if r.implementation == "eager" and r.status in ("ran", "forward only")), None)
-    for run in result.runs:
-        for s in run.sites:
-            if s.fn != "tanh":
-                continue
-            rows.append({
-                "implementation": run.implementation, "module": s.module, "caps": kind_of_site(s.module, result.model),
-                "cap": s.cap, "dtype": s.dtype, "path": s.path, "first_zero_grad_input": s.first_zero_grad_input,
-                "fraction": s.saturated_fraction, "count": s.count, "saturated": s.saturated, "zero_grad": s.zero_grad,
-                "max_abs": s.max_abs, "source": s.source,
-                "basis": "measured: stored ±1",
-            })
-        for f in result.fields:
-            if result.verdicts[f.field].get(run.implementation) != "hidden":
-                continue
-            path = f"{HIDDEN_PATH.get(run.implementation, 'torch-compile')}-{result.device}"
-            stack = first_zero(path, "float32", f.cap)
-            values = [v for (module, cap), v in (eager.inputs.items() if eager else [])
-                      if cap is not None and math.isclose(cap, f.cap, rel_tol=1e-6)
-                      and kind_of_site(module, result.model) == f.caps]
-            fraction = None
-            if values and stack.value is not None:
-                import torch
-
-                a = torch.cat(values).abs() * f.cap
-                fraction = float((a >= stack.value).double().mean())
-            rows.append({
-                "implementation": run.implementation, "module": f"(inside {run.implementation})", "caps": f.caps,
-                "cap": f.cap, "dtype": "float32", "path": path, "first_zero_grad_input": stack.value,
-                "fraction": fraction, "count": None, "saturated": None, "zero_grad": None,
-                "max_abs": None, "source": stack.source or stack.reason,
-                "basis": "eager pre-cap values of this batch" if fraction is not None else stack.reason,
-            })
-    return rows
-
-
-def config_rows(result: Audit) -> list[dict]:
-    implementations = [r.implementation for r in result.runs]
-    rows = []
-    for f in result.fields:
-        v = result.verdicts[f.field]
-        applied = [i for i in implementations if v[i] == "applied"] + [f"{i} (hidden)" for i in implementations if v[i] == "hidden"]
-        row = {"field": f.field, "caps": f.caps, "cap": f.cap, "status": field_status(v, f.cap),
-               "applied_by": ", ".join(applied), "ignored_by": ", ".join(i for i in implementations if v[i] == "ignored")}
-        row.update({i: v[i] for i in implementations})
-        rows.append(row)
-    return rows
-
-
-def answer(result: Audit, rows: list[dict], fields: list[dict]) -> tuple[str, ...]:
-    ran = [r.implementation for r in result.runs if r.status in ("ran", "forward only")]
-    head = (f"{result.model} ({result.model_type}, {result.dtype}"
-            + (f" under {result.autocast} autocast" if result.autocast else "")
-            + f", batch {result.shape[0]}×{result.shape[1]}"
-            + (f", logits ×{result.scale_logits:g}" if result.scale_logits != 1.0 else "") + "): ")
-    live = [f"{r['field']} = {r['cap']:g}" for r in fields if r["status"] == "live"]
-    dead = [f"{r['field']} = {r['cap']:g}" for r in fields if r["status"] == "dead"]
-    if not fields:
-        head += "its config has no soft-cap field"
-    else:
-        head += f"applied: {', '.join(live)}" if live else "no config soft-cap is applied"
-        if dead:
-            head += f"; dead config (set, applied by no implementation): {', '.join(dead)}"
-    refused = [r.implementation for r in result.runs if r.status.startswith("refused")]
-    head += (f"; ran under {', '.join(ran) or 'no implementation'}"
-             + (f"; refused by {', '.join(refused)}" if refused else "") + ".")
-    out = [head]
-    measured = [r for r in rows if r["fraction"] is not None and r["first_zero_grad_input"] is not None]
-    if measured:
-        worst = max(measured, key=lambda r: (r["fraction"], r["caps"]))
-        out.append(f"Largest share of this batch past its path's first zero-gradient input: {worst['fraction']:.2%} "
-                   f"of the {worst['caps']} at {worst['module']} under {worst['implementation']} "
-                   f"({worst['dtype']}, c = {worst['cap']:g}, gradient exactly 0 from {worst['first_zero_grad_input']:g}).")
-    elif not rows:
-        out.append("No tanh ran in any implementation.")
-    return tuple(out)
-
-
-def audit_report(result: Audit, params: dict):
-    from softcapgrad.core.report import Report, Table
-
-    rows = site_rows(result)
-    fields = config_rows(result)
-    implementations = [r.implementation for r in result.runs]
-    columns = ("module", "caps", "cap", "dtype", "first_zero_grad_input", "fraction")
-    wide = ("max_abs", "path", "count", "saturated", "zero_grad", "source", "basis")
-    per_run = tuple(
-        Table(f"sites:{run.implementation}", f"soft-cap sites under {run.implementation} ({run.status}; path "
-              f"{', '.join(sorted({r['path'] for r in rows if r['implementation'] == run.implementation})) or '—'})",
-              [r for r in rows if r["implementation"] == run.implementation], columns, wide=wide, json=False)
-        for run in result.runs if run.status in ("ran", "forward only")
-    )
-    return Report(
-        command="audit-model",
-        params={**params, "model_class": result.model},
-        tables=(
-            Table("rows", "soft-cap sites, every implementation", rows, ("implementation", *columns), show=False, wide=wide),
-            *per_run,
-            Table("config", "config soft-cap fields: which implementation applies each", fields,
-                  ("field", "cap", "status", "applied_by", "ignored_by"), wide=("caps", *implementations)),
-            Table("implementations", "attention implementations",
-                  [{"implementation": r.implementation, "status": r.status, "reason": r.reason, "hidden": r.hidden or "",
-                    "warnings": "; ".join(r.warnings)} for r in result.runs],
-                  ("implementation", "status"), wide=("reason", "hidden", "warnings")),
-        ),
-        notes=(
-            *(f"{r.implementation} {r.status}: {r.reason}" for r in result.runs if r.reason),
-            *(f"{r.implementation}: {r.hidden}" for r in result.runs if r.hidden),
-            "run with " + ", ".join(f"{k} {v}" for k, v in _versions().items()),
-            "applied: the monitor saw the tanh of the scores divided by the cap (or, for a field of a sub-model, the "
-            f"logits changed when the field was set to {PROBE_CAP:g}); hidden: not seen, but that probe changed the "
-            "logits, so it is applied inside a kernel the monitor cannot see; ignored: the logits stayed bit-identical",
-            "fraction: share of the site's values whose tanh output was stored as exactly ±1 (eager gradient exactly 0); "
-            "for hidden sites, share of the eager run's pre-cap values at or past that path's first zero-gradient input",
-            "first_zero_grad_input: the site's path and format in the real-stack table; — where that stack is not measured",
-        ),
-        answer=answer(result, rows, fields),
-        figures={"versions": _versions()},
-    )
+        return "applied"
+    return "dead config" if any(v == "ignored" for v in verdicts.values()) else "not run"
 
 
 def audit_model(src: Source, implementations: list[str], ids, dtype: str, autocast: str | None, seed: int,
@@ -653,6 +564,8 @@ def audit_model(src: Source, implementations: list[str], ids, dtype: str, autoca
     result = audit(src, implementations, Batch(ids, scale_logits, autocast, seed, device), dtype)
     params = {**given, "attn": implementations, "dtype": dtype, "autocast": autocast, "shape": list(ids.shape),
               "seed": seed, "scale_logits": scale_logits, "device": device, "random_weights": result.random_weights}
+    from softcapgrad.models.audit_report import audit_report
+
     return audit_report(result, params)
 
 
@@ -664,10 +577,3 @@ def example_report():
     src = source(None, "gemma2", EXAMPLE)
     return audit_model(src, ["eager", "sdpa"], random_ids(src.config, 2, 16, 0), "bfloat16", None, 0, 300.0, "cpu",
                        {"model": "gemma2", "set": EXAMPLE, "inputs": None})
-
-
-def _versions() -> dict[str, str]:
-    import torch
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__}

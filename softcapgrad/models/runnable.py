@@ -1,0 +1,138 @@
+"""A model of any type, built and fed: the class that holds its caps, and inputs of the kind it reads.
+
+The class is the language-model head where transformers has one (causal, then sequence-to-sequence,
+then image-text-to-text), else the model itself (a vision or audio encoder, an embedding model):
+the module that holds the caps. Its inputs follow its ``main_input_name``: token ids, or random
+features, images or videos of the sizes its configuration names. The output compared and
+differentiated is the logits where there are logits, else the last hidden state.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from softcapgrad.core.checks import InputError
+
+HEADS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+         "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_MAPPING_NAMES")
+FRAMES = 16  # audio frames and video frames of a random input: small, past any convolution's kernel
+
+
+def model_class(config):
+    """The transformers class to audit ``config`` with (see the module docstring)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for mapping in HEADS:
+        name = getattr(modeling_auto, mapping).get(config.model_type)
+        if isinstance(name, (list, tuple)):
+            name = name[0]
+        if name and hasattr(transformers, name):
+            return getattr(transformers, name)
+    raise InputError(f"model type {config.model_type!r} has no model class in transformers (a configuration only)")
+
+
+def headless(cls) -> bool:
+    """``cls`` is a bare model or encoder: no language-model head of its own."""
+    from transformers.models.auto import modeling_auto
+
+    heads = set()
+    for mapping in HEADS[:-1]:
+        heads |= {v for v in getattr(modeling_auto, mapping).values() if isinstance(v, str)}
+    return cls.__name__ not in heads
+
+
+def needs(cls) -> str:
+    return getattr(cls, "main_input_name", "input_ids")
+
+
+def _first(config, *names, default: int) -> int:
+    """The first of ``names`` set in the configuration, else in a sub-configuration (a vision or audio one)."""
+    from transformers import PreTrainedConfig
+
+    subs = [v for v in vars(config).values() if isinstance(v, PreTrainedConfig)]
+    for c in (config, *subs):
+        for name in names:
+            value = getattr(c, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], int):
+                return value[0]
+    return default
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The keyword arguments of one forward (tensors on the CPU), and whether ``labels`` give a loss."""
+
+    kwargs: dict
+    labels: bool
+
+
+def inputs(cls, config, ids, seed: int) -> Inputs:
+    """Inputs of the kind ``cls`` reads; ``ids`` are the token ids when it reads tokens."""
+    import torch
+
+    name = needs(cls)
+    params = inspect.signature(cls.forward).parameters
+    if name == "input_ids":
+        return Inputs({"input_ids": ids, **({"labels": ids} if "labels" in params else {})}, "labels" in params)
+    g = torch.Generator().manual_seed(seed)
+    batch = ids.shape[0]
+    if name in ("input_features", "audio_mel", "input_values"):
+        bins = _first(config, "input_feat_size", "num_mel_bins", "feature_size", "n_mels", default=128)
+        x = torch.randn(batch, 4 * FRAMES, bins, generator=g)
+        kwargs = {name: x}
+        for mask in ("audio_mel_mask", "input_features_mask", "attention_mask"):
+            if mask in params:
+                kwargs[mask] = torch.ones(batch, 4 * FRAMES, dtype=torch.bool) if "features" in mask or mask == "attention_mask" \
+                    else torch.zeros(batch, 4 * FRAMES, dtype=torch.bool)  # Gemma 3n's mask marks padding
+        return Inputs(kwargs, False)
+    if name in ("pixel_values", "pixel_values_videos"):
+        size = _first(config, "image_size", default=32)
+        channels = _first(config, "num_channels", default=3)
+        shape = (batch, channels, size, size) if name == "pixel_values" else \
+            (batch, _first(config, "num_frames", default=2), channels, size, size)
+        kwargs = {name: torch.randn(*shape, generator=g)}
+        if "input_ids" in params and params["input_ids"].default is inspect.Parameter.empty:
+            kwargs["input_ids"] = ids
+        return Inputs(kwargs, False)
+    raise InputError(f"{cls.__name__} reads {name!r}; the audit feeds token ids, audio features, images or videos only")
+
+
+def output(out):
+    """The tensor compared between runs: the logits, else the last hidden state, else the first tensor."""
+    import torch
+
+    for name in ("logits", "last_hidden_state", "logits_per_video", "audio_embeds", "pooler_output"):
+        value = getattr(out, name, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    values = out.values() if hasattr(out, "values") else out if isinstance(out, (tuple, list)) else [out]
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value
+    raise InputError(f"{type(out).__name__}: no floating-point output to compare")
+
+
+def loss(out, has_labels: bool):
+    """The model's loss with labels, else the mean square of its output (something to differentiate)."""
+    value = getattr(out, "loss", None) if has_labels else None
+    return value if value is not None else output(out).float().square().mean()
+
+
+def build(cls, config, implementation: str, dtype, state: dict | None = None, directory=None):
+    """The model on the CPU, under ``implementation``; ``state`` (same weights) or the directory's weights."""
+    import copy
+
+    config = copy.deepcopy(config)
+    if directory is not None:
+        return cls.from_pretrained(directory, config=config, attn_implementation=implementation, dtype=dtype,
+                                   local_files_only=True)
+    kwargs: dict[str, Any] = {"attn_implementation": implementation, "dtype": dtype}
+    model = cls._from_config(config, **kwargs)
+    if state is not None:
+        model.load_state_dict(state, strict=False)
+    return model

@@ -1,0 +1,263 @@
+"""Tiny configurations of any transformers model type, and the size a configuration would take.
+
+A model type's tiny configuration is its config class's defaults with every size shrunk (width,
+heads, experts, vocabulary) in the configuration and each of its sub-configurations, its layers
+cut to one of each distinct layer (the per-layer lists and per-layer dicts cut alike, so a
+sliding/full pattern keeps both kinds), then the type's own overrides where the class's validation
+needs them. The config class validates the result; nothing is downloaded.
+
+The size of a configuration is estimated before anything is built, from its widths, depths,
+vocabularies and experts: parameters × the format's bytes against the memory available.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from softcapgrad.core.checks import InputError
+
+HIDDEN, INTER, HEADS, KV, HEAD_DIM, EXPERTS = 64, 128, 2, 1, 32, 6  # experts apart from heads and batch
+SIZES = {  # field -> its tiny value (a field is only ever shrunk, never grown)
+    **dict.fromkeys(("vocab_size", "vocab_size_per_layer_input", "text_vocab_size"), 256),
+    **dict.fromkeys(("hidden_size", "text_hidden_size", "out_hidden_size", "d_model", "hidden_dim", "n_embd",
+                     "embed_dim", "projection_dim", "output_proj_dims"), HIDDEN),
+    **dict.fromkeys(("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size", "ffn_dim",
+                     "moe_hidden_size", "projector_hidden_size", "projection_hidden_dim", "d_ff", "mlp_dim",
+                     "expert_intermediate_size", "dense_intermediate_size", "decoder_ffn_dim", "encoder_ffn_dim"), INTER),
+    **dict.fromkeys(("num_attention_heads", "swa_num_attention_heads", "conf_num_attention_heads", "index_n_heads",
+                     "num_heads", "n_head", "encoder_attention_heads", "decoder_attention_heads",
+                     "num_attention_heads_per_layer"), HEADS),
+    **dict.fromkeys(("num_key_value_heads", "swa_num_key_value_heads", "num_global_key_value_heads"), KV),
+    **dict.fromkeys(("head_dim", "swa_head_dim", "global_head_dim", "index_head_dim", "qk_nope_head_dim",
+                     "qk_rope_head_dim", "v_head_dim", "attention_head_dim"), HEAD_DIM),
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank", "laurel_rank"), 32),
+    **dict.fromkeys(("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"), EXPERTS),
+    **dict.fromkeys(("num_experts_per_tok", "moe_topk", "top_k"), 2),
+    **dict.fromkeys(("hidden_size_per_layer_input",), 16),
+    **dict.fromkeys(("max_position_embeddings",), 128),
+    **dict.fromkeys(("index_topk",), 8),
+    **dict.fromkeys(("n_group", "topk_group", "num_group"), 1),
+    **dict.fromkeys(("unpadded_vocab_size",), 250),
+}
+NOT_SIZES = ("_id", "_index", "token", "eps", "layers", "window", "seed")  # never shrunk as an alias of a size
+LAYER_COUNTS = ("num_hidden_layers", "num_blocks", "num_layers", "n_layer", "conf_num_hidden_layers", "encoder_layers",
+                "decoder_layers", "depth")
+MIN_LAYERS = 2
+OVERRIDES: dict[str, dict[str, Any]] = {  # model type -> fields set after shrinking (dotted for sub-configs)
+    # transformers' native mLSTM step sizes its state by the value head dim: q/k heads as wide as v heads
+    "xlstm": {"qk_dim_factor": 1.0},
+    # PaliGemma reads the cap from its text model's config: PaliGemma 2's Gemma 2 text model has one
+    "paligemma": {"text_config.model_type": "gemma2"},
+}
+
+
+def _pick_layers(d: dict, count: int) -> list[int]:
+    """Indices of one layer of each distinct kind (over every per-layer list and dict), at least MIN_LAYERS."""
+    lists = {k: v for k, v in d.items() if isinstance(v, list) and len(v) == count}
+    dicts = {k: v for k, v in d.items() if _per_layer(v, count)}
+    shared = d.get("num_kv_shared_layers") if isinstance(d.get("num_kv_shared_layers"), int) else 0
+    seen, keep = set(), []
+    for i in range(count):
+        kind = json.dumps([lists[k][i] for k in sorted(lists)] + [str(i) in map(str, dicts[k]) for k in sorted(dicts)]
+                          + [i >= count - shared if shared else False],
+                          default=str, sort_keys=True)
+        if kind not in seen:
+            seen.add(kind)
+            keep.append(i)
+    for i in range(count):
+        if len(keep) >= MIN_LAYERS:
+            break
+        if i not in keep:
+            keep.append(i)
+    return sorted(keep)
+
+
+def _per_layer(value, count: int) -> bool:
+    """A dict of per-layer overrides: layer index -> a dict of fields."""
+    return isinstance(value, dict) and bool(value) and all(
+        _index(i, count) is not None and isinstance(v, dict) for i, v in value.items())
+
+
+def _index(key, count: int) -> int | None:
+    try:
+        i = int(key)
+    except (TypeError, ValueError):
+        return None
+    return i if 0 <= i < count else None
+
+
+def _aliases(d: dict, out: dict) -> dict:
+    """Original size -> tiny size, over the whole tree: a field holding the same number is the same size."""
+    for key, value in d.items():
+        if isinstance(value, dict):
+            _aliases(value, out)
+        elif key in SIZES and isinstance(value, int) and not isinstance(value, bool) and value > SIZES[key] > 8:
+            out.setdefault(value, SIZES[key])
+    return out
+
+
+def _is_size(key: str, value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and not any(w in key for w in NOT_SIZES)
+
+
+def shrink(d: dict, aliases: dict | None = None) -> dict:
+    """A config dict (``to_dict()``) with sizes shrunk and layers cut, sub-configurations alike."""
+    aliases = _aliases(d, {}) if aliases is None else aliases
+    out = dict(d)
+    for key, value in d.items():
+        if isinstance(value, dict) and value and all(isinstance(k, str) and not k.isdigit() for k in value):
+            out[key] = shrink(value, aliases)
+        elif isinstance(value, dict) and value:  # per-layer overrides keyed by layer index
+            out[key] = {k: shrink(v, aliases) if isinstance(v, dict) else v for k, v in value.items()}
+        elif key in SIZES and isinstance(value, int) and not isinstance(value, bool) and value > SIZES[key]:
+            out[key] = SIZES[key]
+        elif key in SIZES and isinstance(value, list) and all(_is_size(key, v) for v in value):
+            out[key] = [min(v, SIZES[key]) for v in value]
+        elif _is_size(key, value) and value in aliases:
+            out[key] = aliases[value]
+    for name in LAYER_COUNTS:
+        count = d.get(name)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= MIN_LAYERS:
+            continue
+        keep = _pick_layers(d, count)
+        pattern = max((len(v) for v in d.values() if isinstance(v, list) and 1 < len(v) < count
+                       and all(isinstance(x, str) for x in v)), default=0)  # a repeating block pattern
+        keep += [i for i in range(count) if i not in keep][: max(0, pattern - len(keep))]
+        keep = sorted(keep)
+        out[name] = len(keep)
+        for key, value in d.items():
+            if isinstance(value, list) and len(value) == count:
+                out[key] = [out[key][i] for i in keep]
+            elif _per_layer(value, count):
+                out[key] = {keep.index(_index(i, count)): out[key][i] for i in value if _index(i, count) in keep}
+        shared = d.get("num_kv_shared_layers")
+        if isinstance(shared, int) and 0 < shared < count:  # the last layers reuse earlier ones' caches
+            out["num_kv_shared_layers"] = sum(1 for i in keep if i >= count - shared)
+    return out
+
+
+def _set(d: dict, dotted: str, value) -> None:
+    *heads, last = dotted.split(".")
+    for head in heads:
+        d = d.setdefault(head, {})
+    d[last] = value
+
+
+def without_layer_lists(d: dict, field: str) -> dict:
+    """``d`` without the per-layer lists and dicts sized by ``d[field]``: the class derives them for a new count."""
+    count = d.get(field)
+    if not isinstance(count, int):
+        return d
+    return {k: v for k, v in d.items() if not (isinstance(v, list) and len(v) == count and k not in SIZES
+                                               or _per_layer(v, count))}
+
+
+def tiny_dict(model_type: str) -> dict:
+    """The tiny configuration of ``model_type`` as keyword arguments of its config class."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    try:
+        defaults = cls().to_dict()
+    except ImportError:
+        raise
+    except Exception as err:
+        raise InputError(f"{model_type}: its config class does not build with its own defaults: {reason(err)}") from None
+    d = shrink(defaults)
+    for key, value in OVERRIDES.get(model_type, {}).items():
+        _set(d, key, value)
+    d.pop("transformers_version", None)
+    return d
+
+
+def reason(err: BaseException) -> str:
+    """An exception as one line: the validation's own words, without the library's wrapper."""
+    text = " ".join(str(err).split())
+    for wrapper in ("Class validation error for validator", "Validation error for field"):
+        if text.startswith(wrapper):
+            text = text.split(": ", 1)[-1]
+    return text[:300] or type(err).__name__
+
+
+# --- size before building --------------------------------------------------------------------
+
+
+def _int(c, *names) -> int:
+    for name in names:
+        try:
+            value = getattr(c, name, None)
+        except Exception:  # a per-layer attribute read globally, a property that needs more config
+            value = None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def parameters_estimate(config) -> int:
+    """Parameters a configuration's model would hold, roughly: embeddings, attention and MLP (experts) per layer.
+
+    An upper-order estimate (within a small factor for decoder stacks) used only to refuse a size
+    that cannot fit before anything is allocated.
+    """
+    from transformers import PreTrainedConfig
+
+    total = 0
+    stack = [config]
+    while stack:
+        c = stack.pop()
+        stack.extend(v for v in vars(c).values() if isinstance(v, PreTrainedConfig))
+        width = _int(c, "hidden_size", "d_model", "hidden_dim", "n_embd", "embed_dim")
+        layers = _int(c, *LAYER_COUNTS)
+        vocab = _int(c, "vocab_size")
+        heads = _int(c, "num_attention_heads", "num_heads", "n_head")
+        head_dim = _int(c, "head_dim") or (width // heads if heads else 0)
+        inner = _int(c, "intermediate_size", "ffn_dim", "d_ff") or 4 * width
+        experts = _int(c, "num_experts", "n_routed_experts", "num_local_experts")
+        expert_inner = _int(c, "moe_intermediate_size", "expert_intermediate_size") or inner
+        attention = width * max(heads * head_dim, width) * 4
+        mlp = 3 * width * (inner + experts * expert_inner)
+        total += 2 * vocab * width + layers * (attention + mlp)
+    return total
+
+
+def available_bytes() -> int:
+    """Memory this process could still allocate: MemAvailable where the system says it, else the physical memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+@dataclass(frozen=True)
+class Size:
+    parameters: int
+    bytes: int
+    available: int
+
+    @property
+    def fits(self) -> bool:
+        return self.bytes * 2 <= self.available  # weights, gradients: twice the weights at least
+
+
+def size(config, itemsize: int) -> Size:
+    n = parameters_estimate(config)
+    return Size(n, n * itemsize, available_bytes())
+
+
+def refuse_if_too_big(config, itemsize: int) -> Size:
+    s = size(config, itemsize)
+    if not s.fits:
+        raise InputError(f"this configuration would hold about {s.parameters:.3g} parameters ({s.bytes / 2**30:.3g} GiB "
+                         f"in {itemsize}-byte weights, twice that with gradients) and {s.available / 2**30:.3g} GiB "
+                         "is available: refused before building")
+    return s
