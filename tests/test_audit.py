@@ -36,8 +36,8 @@ def _runs(data) -> dict:
 def test_gemma2_both_caps_live_sdpa_refused(cli):
     data = _audit(cli, *GEMMA2, *EAGER_SDPA, "--scale-logits", "400")
     assert _verdicts(data) == {
-        "final_logit_softcapping": ("live", {"eager": "applied", "sdpa": "refused at build"}),
-        "attn_logit_softcapping": ("live", {"eager": "applied", "sdpa": "refused at build"}),
+        "final_logit_softcapping": ("applied", {"eager": "applied", "sdpa": "refused at build"}),
+        "attn_logit_softcapping": ("applied", {"eager": "applied", "sdpa": "refused at build"}),
     }
     assert _runs(data) == {"eager": "ran", "sdpa": "refused at build"}
     sdpa = next(r for r in data["implementations"] if r["implementation"] == "sdpa")
@@ -56,8 +56,8 @@ def test_gemma3_attention_cap_is_dead_config(cli):
     data = _audit(cli, "--model-type", "gemma3_text", "--set", "final_logit_softcapping=30",
                   "--set", "attn_logit_softcapping=50", *EAGER_SDPA)
     assert _verdicts(data) == {
-        "final_logit_softcapping": ("live", {"eager": "applied", "sdpa": "applied"}),
-        "attn_logit_softcapping": ("dead", {"eager": "ignored", "sdpa": "ignored"}),
+        "final_logit_softcapping": ("applied", {"eager": "applied", "sdpa": "applied"}),
+        "attn_logit_softcapping": ("dead config", {"eager": "ignored", "sdpa": "ignored"}),
     }
     assert "dead config" in data["answer"][0] and "attn_logit_softcapping = 50" in data["answer"][0]
 
@@ -65,8 +65,8 @@ def test_gemma3_attention_cap_is_dead_config(cli):
 def test_t5gemma_encoder_final_cap_is_dead_config(cli):
     data = _audit(cli, "--model-type", "t5gemma", *EAGER_SDPA)
     status = {k: v[0] for k, v in _verdicts(data).items()}
-    assert status == {"encoder.final_logit_softcapping": "dead", "encoder.attn_logit_softcapping": "live",
-                      "decoder.final_logit_softcapping": "live", "decoder.attn_logit_softcapping": "live"}
+    assert status == {"encoder.final_logit_softcapping": "dead config", "encoder.attn_logit_softcapping": "applied",
+                      "decoder.final_logit_softcapping": "applied", "decoder.attn_logit_softcapping": "applied"}
     assert _runs(data)["sdpa"] == "refused at build"
     kinds = {(r["module"].split(".")[1] if "." in r["module"] else "root", r["caps"]) for r in data["rows"]}
     assert kinds == {("encoder", "attention"), ("decoder", "attention"), ("root", "final logits")}
@@ -74,14 +74,14 @@ def test_t5gemma_encoder_final_cap_is_dead_config(cli):
 
 def test_vaultgemma_defaults_live(cli):
     data = _audit(cli, "--model-type", "vaultgemma", *EAGER_SDPA)
-    assert {k: v[0] for k, v in _verdicts(data).items()} == {"final_logit_softcapping": "live", "attn_logit_softcapping": "live"}
+    assert {k: v[0] for k, v in _verdicts(data).items()} == {"final_logit_softcapping": "applied", "attn_logit_softcapping": "applied"}
     assert _runs(data) == {"eager": "ran", "sdpa": "refused at build"}
 
 
 def test_llama_has_no_cap(cli):
     data = _audit(cli, "--model-type", "llama", *EAGER_SDPA)
     assert data["config"] == [] and data["rows"] == [] and _runs(data) == {"eager": "ran", "sdpa": "ran"}
-    assert "no soft-cap field" in data["answer"][0]
+    assert "no soft-cap" in data["answer"][0]
 
 
 def test_sdpa_forced_on_gemma2_raises_on_the_cap():
@@ -115,8 +115,8 @@ def test_gemma2_flex_attention_applies_the_cap_inside_its_kernel(cli):
     """flex_attention compiles the cap into its kernel (the monitor cannot see it; the probe can), no CPU backward."""
     data = _audit(cli, *GEMMA2, "--attn", "flex_attention")
     assert _verdicts(data) == {
-        "final_logit_softcapping": ("live", {"flex_attention": "applied"}),
-        "attn_logit_softcapping": ("live", {"flex_attention": "hidden"}),
+        "final_logit_softcapping": ("applied", {"flex_attention": "applied"}),
+        "attn_logit_softcapping": ("applied", {"flex_attention": "hidden"}),
     }
     (run,) = data["implementations"]
     if torch.cuda.is_available():
@@ -188,7 +188,9 @@ def test_figure_draws_the_report(cli, tmp_path):
     assert code == 0, err
     data = tmp_path.joinpath("a.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (800, 450)
-    report = audit.audit_report(audit.audit(audit.source(None, "gemma2", ["final_logit_softcapping=30"]), ["eager"],
+    from softcapgrad.models.audit_report import audit_report
+
+    report = audit_report(audit.audit(audit.source(None, "gemma2", ["final_logit_softcapping=30"]), ["eager"],
                                             audit.Batch(torch.arange(1, 9)[None], 400.0, None, 0, "cpu"),
                                             "bfloat16"), {})
     fig = figures.audit_figure(report)

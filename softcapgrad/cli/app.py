@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 
-from softcapgrad.cli import demos, ledger, laws, models, stacks
+from softcapgrad.cli import census, demos, ledger, laws, models, stacks
 from softcapgrad.cli.common import PROG, app
 
 app.command()(laws.identity)
@@ -23,6 +23,7 @@ app.command("tether-demo")(demos.tether_demo)
 app.command()(models.scan)
 app.command()(ledger.reproduce)
 app.command("audit-model")(models.audit_model)
+app.command()(census.census)
 
 
 def main() -> None:

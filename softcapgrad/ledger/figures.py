@@ -207,7 +207,7 @@ def audit_figure(audit: Report):
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colour, label=kind) for kind, colour in colours.items() if any(r["caps"] == kind for r in rows)]
-    dead = [r["field"] for r in _table(audit, "config") if r["status"] == "dead"]
+    dead = [r["field"] for r in _table(audit, "config") if r["status"] == "dead config"]
     refused = [r["implementation"] for r in _table(audit, "implementations") if r["status"].startswith("refused")]
     extra = "; ".join(part for part in (f"dead config: {', '.join(dead)}" if dead else "",
                                          f"refused by {', '.join(refused)}" if refused else "") if part)

@@ -135,17 +135,18 @@ def model_type_config(model_type: str, sets: dict[str, Any]):
         raise InputError(f"--model-type {model_type!r}: not a transformers model type"
                          + (f"; similar: {', '.join(close)}" if close else ""))
     try:
-        kwargs = tiny.tiny_dict(model_type)
         with quiet():
-            base = CONFIG_MAPPING[model_type](**kwargs)
+            base = tiny.tiny_config(model_type, smoke)
     except ImportError as err:
         raise InputError(missing_package(err, model_type)) from None
     except InputError:
         raise
     except Exception as err:
-        raise InputError(f"--model-type {model_type}: its tiny configuration does not validate: {tiny.reason(err)}") from None
+        raise InputError(f"--model-type {model_type}: its tiny configuration does not validate or run: "
+                         f"{tiny.reason(err)}") from None
     if not sets:
         return base
+    kwargs = base.to_dict()
     for key, value in sets.items():
         target, where, d = base, "", kwargs
         *heads, last = key.split(".")
@@ -179,6 +180,20 @@ def quiet():
         yield
     finally:
         logging.set_verbosity(level)
+
+
+def smoke(config) -> None:
+    """One forward of the tiny model in fp32 (it raises what the model raises): a tiny config must run."""
+    import torch
+
+    from softcapgrad.models import runnable
+
+    cls = runnable.model_class(config)
+    torch.manual_seed(0)
+    model = runnable.build(cls, config, "eager", torch.float32)
+    ids = torch.randint(0, vocabulary(config), DISCOVERY, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(**runnable.inputs(cls, config, ids, 0).kwargs)
 
 
 def missing_package(err: ImportError, what: str) -> str:
@@ -448,12 +463,16 @@ def seen(run: Run, cap) -> bool:
 
 
 def verdict(src: Source, run: Run, cap, batch: Batch, dtype, state) -> str:
-    """applied | hidden | ignored | the cap's own status (off, dead config, unused) | the run's status."""
-    if cap.status not in ("applied", "hard-coded"):
+    """applied | hidden | ignored | the cap's own status (off, unused, no head here) | the run's status.
+
+    A set field the eager trace saw move no tanh (dead config) is probed under every implementation
+    too: one that applies it inside a kernel makes it hidden there, not dead.
+    """
+    if cap.status not in ("applied", "hard-coded", "dead config"):
         return cap.status
     if run.status not in ("ran", "forward only"):
         return run.status
-    if seen(run, cap):
+    if cap.status != "dead config" and seen(run, cap):
         return "applied"
     if cap.field is None:
         return "not seen"
@@ -551,7 +570,7 @@ def _audit(src: Source, implementations: list[str], batch: Batch, dtype_name: st
 
 def field_status(cap, verdicts: dict[str, str]) -> str:
     """Over every implementation: applied (by one at least), dead config (set, every run ignores it), not run, or the cap's own status."""
-    if cap.status not in ("applied", "hard-coded"):
+    if cap.status not in ("applied", "hard-coded", "dead config"):
         return cap.status
     if any(v in ("applied", "hidden") for v in verdicts.values()):
         return "applied"

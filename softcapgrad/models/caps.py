@@ -8,7 +8,8 @@ changing it changes a tanh's divisor in proportion (set to 1.25·v, the divisor 
 setting it (to :data:`ON`) makes a tanh appear. The fields tried are those whose value equals a
 divisor seen, the unset numbers the model's source reads, and any field named like a cap; a field
 named like a cap that changes no tanh at any value is *dead config* when set, *unused* when not.
-A tanh dividing by a number no field explains is *hard-coded*.
+A tanh dividing by a number no field explains and multiplied back by it is *hard-coded*; one whose output
+is multiplied by another number (GELU's tanh form) is not a cap.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import dataclasses
 import inspect
 import math
 import re
+from pathlib import Path
 from dataclasses import dataclass
 
 ON = 7.25  # the value an unset field is probed at: distinct from every tiny size and default cap
@@ -89,7 +91,7 @@ def referenced(model) -> set[str]:
     names = set()
     for path in sorted(f for f in files if f and "/transformers/" in f.replace("\\", "/")):
         try:
-            text = open(path, encoding="utf-8").read()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError:
             continue
         names.update(re.findall(r"config\.(\w+)", text))
@@ -107,6 +109,8 @@ def _sites(tanhs) -> dict:
 
     out: dict = {}
     for t in tanhs:
+        if t.divisor is not None and t.then is not None and not _close(t.then, t.divisor):
+            continue  # a scaled tanh not scaled back (GELU's tanh form): not c·tanh(a/c)
         key = (_layerless(t.module), None if t.divisor is None else round(t.divisor, 6))
         n, _ = out.get(key, (0, t.dtype))
         out[key] = (n + 1, t.dtype)

@@ -12,8 +12,10 @@ vocabularies and experts: parameters × the format's bytes against the memory av
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,3 +263,86 @@ def refuse_if_too_big(config, itemsize: int) -> Size:
                          f"in {itemsize}-byte weights, twice that with gradients) and {s.available / 2**30:.3g} GiB "
                          "is available: refused before building")
     return s
+
+
+# --- repairs: the class's own validation, and one forward, decide -------------------------------
+
+
+def _paths(d: dict, prefix: str = ""):
+    for key, value in d.items():
+        if isinstance(value, dict) and not _per_layer(value, 10**9) and all(isinstance(k, str) for k in value):
+            yield from _paths(value, f"{prefix}{key}.")
+        yield prefix + key, value
+
+
+def _get(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d[part]
+    return d
+
+
+def _restore(d: dict, defaults: dict, message: str) -> list[str]:
+    """Set back to their defaults the shrunk fields the validation's message names; the paths restored."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
+    restored = []
+    for path, value in list(_paths(d)):
+        name = path.rsplit(".", 1)[-1]
+        if name not in words or isinstance(value, dict):
+            continue
+        try:
+            original = _get(defaults, path)
+        except (KeyError, TypeError):
+            continue
+        if original != value:
+            _set(d, path, original)
+            restored.append(path)
+    return restored
+
+
+def _equal_heads(d: dict) -> bool:
+    """Key/value heads as many as query heads, at every level (MLA and models without grouped heads need it)."""
+    changed = False
+    for path, value in list(_paths(d)):
+        if path.rsplit(".", 1)[-1] == "num_key_value_heads" and isinstance(value, int):
+            prefix = path[: -len("num_key_value_heads")]
+            heads = _get(d, prefix + "num_attention_heads") if prefix + "num_attention_heads" in dict(_paths(d)) else None
+            if isinstance(heads, int) and heads != value:
+                _set(d, path, heads)
+                changed = True
+    return changed
+
+
+def tiny_config(model_type: str, smoke=None, attempts: int = 6):
+    """The tiny configuration of ``model_type``, validated by its class and (with ``smoke(config)``) by a forward.
+
+    Where the class or the forward refuses, the shrunk fields its message names go back to their
+    defaults, or the key/value heads to the query heads, and it tries again; the last refusal is raised.
+    """
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    d = tiny_dict(model_type)
+    defaults = cls().to_dict()
+    heads_equal = False
+    for attempt in range(attempts):
+        try:
+            config = cls(**copy.deepcopy(d))
+            if smoke is not None:
+                smoke(config)
+            return config
+        except ImportError:
+            raise
+        except Exception as err:
+            if attempt == attempts - 1:
+                raise
+            message = str(err)
+            if not heads_equal and ("head" in message or "size of tensor" in message) and _equal_heads(d):
+                heads_equal = True
+                continue
+            if _restore(d, defaults, message):
+                continue
+            if not heads_equal and _equal_heads(d):
+                heads_equal = True
+                continue
+            raise
+    raise AssertionError("unreachable")

@@ -56,6 +56,7 @@ class Tanh:
     divisor: float | None  # the number the input was divided by (or multiplied by the reciprocal of)
     dtype: str
     shape: tuple
+    then: float | None = None  # the number its output is then multiplied by (c of c·tanh(a/c)), if one is
     count: int = 1
 
 
@@ -93,6 +94,7 @@ class OpTrace(TorchDispatchMode):
         self.tanhs: list[Tanh] = []
         self.gates: list[Gate] = []
         self._follow: dict = {}  # storage key -> (gate index, cast dtype, depth past the consumer)
+        self._tanh_out: dict = {}  # storage key of a tanh's output -> its index
         self._stack: list[str] = []
         self._hooks: list = []
 
@@ -145,14 +147,26 @@ class OpTrace(TorchDispatchMode):
             self._site(SITES[func], tensors[0], outs[0])
         else:
             self._consume(name, tensors, inputs, outs)
+            self._rescale(name, inputs, outs, scalars)
         return out
 
     def _site(self, fn: str, x: torch.Tensor, y: torch.Tensor) -> None:
         if fn == "tanh":
             self.tanhs.append(Tanh(self.module, self._divisor(_key(x)), _dtype(x), tuple(x.shape)))
+            self._tanh_out[_key(y)] = len(self.tanhs) - 1
             return
         self.gates.append(Gate(self.module, fn, self._source(_key(x)), _dtype(x), tuple(y.shape)))
         self._follow[_key(y)] = (len(self.gates) - 1, None, 0)
+
+    def _rescale(self, name: str, inputs, outs, scalars) -> None:
+        """What a tanh's output is first multiplied by (through views and casts): the c of c·tanh(a/c); 0 for none."""
+        hit = [self._tanh_out.pop(k) for k in inputs if k in self._tanh_out]
+        if not hit:
+            return
+        if name in PASS and outs:
+            self._tanh_out[_key(outs[0])] = hit[0]
+        else:
+            self.tanhs[hit[0]].then = abs(float(scalars[0])) if name == "mul" and len(scalars) == 1 else 0.0
 
     def _divisor(self, k) -> float | None:
         node = self.nodes.get(k)

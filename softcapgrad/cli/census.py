@@ -1,0 +1,121 @@
+"""census: every soft-cap and gate of the installed transformers, found by running each model type tiny."""
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from softcapgrad.cli.common import emit, InputError, Json, pick, Report, Wide
+
+FILES = ("census.json", "census.md", "figures/census.png")
+
+
+def census_figure(result):
+    """Per model type with a cap: its caps by status (applied, off, dead config), one bar each."""
+    from softcapgrad.ledger.figures import DPI, SIZE, _plt
+
+    plt = _plt()
+    statuses = ("applied", "off", "dead config")
+    colours = {"applied": "tab:blue", "off": "tab:grey", "dead config": "tab:red"}
+    rows = [r for r in result.rows if any(c["status"] in statuses for c in r.caps)]
+    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    left = [0] * len(rows)
+    for status in statuses:
+        n = [sum(c["status"] == status for c in r.caps) for r in rows]
+        ax.barh(range(len(rows)), n, left=left, color=colours[status], label=status)
+        left = [a + b for a, b in zip(left, n)]
+    ax.set_yticks(range(len(rows)), [r.model_type for r in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("tanh soft-cap fields, by what the model does with them")
+    counts = result.counts()
+    ax.set_title(f"transformers {result.transformers}: {counts['model types that apply a cap']} model types apply a "
+                 f"soft-cap, {counts['caps dead config']} cap fields are dead config (found by running, tiny)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def census_report(result, seconds: float, out: Optional[Path]) -> Report:
+    from softcapgrad.core.report import Table
+
+    counts = result.counts()
+    dead = result.dead()
+    answer = (
+        f"Of {counts['candidates']} model types whose modeling source calls tanh, softplus or sigmoid, "
+        f"{counts['audited']} built and ran tiny: {counts['model types that apply a cap']} apply a tanh soft-cap, "
+        f"{counts['caps dead config']} cap field{'s are' if counts['caps dead config'] != 1 else ' is'} dead config and "
+        f"{counts['caps off']} are off at their default; {counts['model types with a gate']} have softplus or sigmoid "
+        f"sites ({counts['gate sites']} contracts).",
+        f"{counts['not audited']} model types could not be built or run (each a row with its reason); "
+        f"the census took {seconds:.0f} s.",
+    )
+    return Report(
+        command="census",
+        params={"implementations": list(result.implementations), "out": str(out) if out else None,
+                "transformers": result.transformers, "torch": result.torch},
+        tables=(
+            Table("counts", "the census", [{"quantity": k, "count": v} for k, v in counts.items()], ("quantity", "count")),
+            Table("dead_config", "dead config: set, applied by no implementation",
+                  [{"model_type": m, "field": f, "cap": v} for m, f, v in dead], ("model_type", "field", "cap")),
+            Table("not_audited", "model types not audited", [
+                {"model_type": r.model_type, "status": r.status, "reason": r.reason}
+                for r in result.rows if r.status != "audited"], ("model_type", "status"), wide=("reason",)),
+        ),
+        notes=(f"written: {', '.join(str(out / f) for f in FILES)}" if out else "nothing written (--out none)",
+               "every row, cap and gate contract is in census.json and census.md"),
+        answer=answer,
+    )
+
+
+def census(
+    out: Annotated[Optional[Path], typer.Option(help="Folder for census.json, census.md and figures/census.png "
+                                                     "(default results; 'none' writes nothing).")] = Path("results"),
+    model_type: Annotated[Optional[list[str]], typer.Option("--model-type", help="Only these model types (repeatable).")] = None,
+    attn: Annotated[Optional[list[str]], typer.Option("--attn", help="Attention implementations (repeatable; default "
+                                                                    "eager and sdpa).")] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """Every soft-cap and gate in the installed transformers, found by running each model type tiny."""
+
+    def build() -> Report:
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            raise InputError("census needs transformers: pip install 'softcapgrad[hf]'")
+        import json
+
+        import torch
+
+        from softcapgrad.core import progress
+        from softcapgrad.core.files import writable_folder, write_atomic
+        from softcapgrad.models import audit, census as run
+
+        target = None if out is not None and str(out).lower() == "none" else out
+        implementations = tuple(pick("--attn", attn, audit.IMPLEMENTATIONS)) if attn else run.IMPLEMENTATIONS
+        if target is not None:
+            writable_folder(target, "--out")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # tiny models: one thread is faster, and the same numbers on every machine
+        start = time.perf_counter()
+        try:
+            total = len(model_type) if model_type else len(run.candidates())
+            with progress.task("census: every candidate model type, tiny", total) as advance:
+                result = run.census(model_type, implementations, advance=advance)
+        finally:
+            torch.set_num_threads(threads)
+        seconds = time.perf_counter() - start
+        if target is not None:
+            write_atomic(target / "census.json", json.dumps(run.as_dict(result), indent=1, sort_keys=True) + "\n")
+            write_atomic(target / "census.md", run.markdown(result))
+            try:
+                from softcapgrad.ledger.figures import save
+
+                (target / "figures").mkdir(parents=True, exist_ok=True)
+                save(census_figure(result), target / "figures" / "census.png")
+            except InputError:
+                pass  # matplotlib is an extra: the tables are written without it
+        return census_report(result, seconds, target)
+
+    emit(build, json_out, wide, command="census")
