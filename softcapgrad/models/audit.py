@@ -191,7 +191,7 @@ def smoke(config) -> None:
     cls = runnable.model_class(config)
     torch.manual_seed(0)
     model = runnable.build(cls, config, "eager", torch.float32)
-    ids = torch.randint(0, vocabulary(config), DISCOVERY, generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, text_tokens(config), DISCOVERY, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         model(**runnable.inputs(cls, config, ids, 0).kwargs)
 
@@ -264,7 +264,7 @@ def random_ids(config, batch: int, seq_len: int, seed: int):
     """Token ids drawn uniformly below the vocabulary size, from their own generator."""
     import torch
 
-    return torch.randint(0, vocabulary(config), (batch, seq_len), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, text_tokens(config), (batch, seq_len), generator=torch.Generator().manual_seed(seed))
 
 
 def check_ids(ids, config, where: str) -> None:
@@ -278,6 +278,17 @@ def vocabulary(config) -> int:
     sizes = [v for _, c in _configs(config) for name in ("vocab_size", "unpadded_vocab_size", "text_vocab_size")
              if isinstance(v := getattr(c, name, None), int) and v > 0]
     return min(sizes) if sizes else 1  # a model without tokens: the ids only give the batch its shape
+
+
+def text_tokens(config) -> int:
+    """Random text ids are drawn below this: the vocabulary less the special ids in its upper half (an image
+    token drawn at random would ask for an image)."""
+    from softcapgrad.models.tiny import _is_token
+
+    vocab = vocabulary(config)
+    special = [v for _, c in _configs(config) for name, v in vars(c).items()
+               if _is_token(name) and isinstance(v, int) and not isinstance(v, bool) and vocab // 2 <= v < vocab]
+    return min([vocab, *special])
 
 
 def _configs(config, prefix: str = ""):
@@ -431,7 +442,7 @@ def discover(src: Source, dtype, state, seed: int, device: str) -> Discovery:
     from softcapgrad.models import caps, contracts, trace
 
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocabulary(src.config), DISCOVERY, generator=g)
+    ids = torch.randint(0, text_tokens(src.config), DISCOVERY, generator=g)
     batch = Batch(ids, 1.0, None, seed, device)
     first: dict = {}
 

@@ -110,7 +110,7 @@ def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: i
             src = audit.source(None, candidate.model_type, [])
         except InputError as err:
             return row("cannot build", str(err))
-        ids = torch.randint(0, audit.vocabulary(src.config), SHAPE, generator=torch.Generator().manual_seed(0))
+        ids = torch.randint(0, audit.text_tokens(src.config), SHAPE, generator=torch.Generator().manual_seed(0))
         try:
             result = audit.audit(src, list(implementations), audit.Batch(ids, 1.0, None, 0, "cpu"), "bfloat16")
         except InputError as err:

@@ -31,7 +31,24 @@ def model_class(config):
             name = name[0]
         if name and hasattr(transformers, name):
             return getattr(transformers, name)
+    found = _declared(type(config))
+    if found is not None:
+        return found
     raise InputError(f"model type {config.model_type!r} has no model class in transformers (a configuration only)")
+
+
+def _declared(config_class):
+    """A model class of the library whose ``config_class`` is exactly this one (a sub-model: a vision or audio tower)."""
+    import importlib
+
+    module = config_class.__module__.replace(".configuration_", ".modeling_")
+    try:
+        modeling = importlib.import_module(module)
+    except ImportError:
+        return None
+    found = [c for _, c in sorted(vars(modeling).items()) if isinstance(c, type)
+             and getattr(c, "config_class", None) is config_class and hasattr(c, "_from_config")]
+    return min(found, key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__), c.__name__), default=None)
 
 
 def headless(cls) -> bool:

@@ -105,15 +105,37 @@ def _is_size(key: str, value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and not any(w in key for w in NOT_SIZES)
 
 
-def shrink(d: dict, aliases: dict | None = None) -> dict:
+SPECIAL = 16  # the top ids of the tiny vocabulary hold the special tokens (image, audio, pad…); text ids stay below
+
+
+def _is_token(key: str) -> bool:
+    return key.endswith(("_token_id", "_token_index", "_token_ids", "token_id", "_id")) and "vocab" not in key
+
+
+def _special(value, ids: dict):
+    """A special token id past the tiny vocabulary, moved into its top ``SPECIAL`` ids (the same id, the same place)."""
+    vocab = SIZES["vocab_size"]
+    if isinstance(value, list):
+        return [_special(v, ids) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and value >= vocab:
+        if value not in ids:
+            ids[value] = vocab - 1 - len(ids) % SPECIAL
+        return ids[value]
+    return value
+
+
+def shrink(d: dict, aliases: dict | None = None, ids: dict | None = None) -> dict:
     """A config dict (``to_dict()``) with sizes shrunk and layers cut, sub-configurations alike."""
     aliases = _aliases(d, {}) if aliases is None else aliases
+    ids = {} if ids is None else ids
     out = dict(d)
     for key, value in d.items():
         if isinstance(value, dict) and value and all(isinstance(k, str) and not k.isdigit() for k in value):
-            out[key] = shrink(value, aliases)
+            out[key] = shrink(value, aliases, ids)
         elif isinstance(value, dict) and value:  # per-layer overrides keyed by layer index
-            out[key] = {k: shrink(v, aliases) if isinstance(v, dict) else v for k, v in value.items()}
+            out[key] = {k: shrink(v, aliases, ids) if isinstance(v, dict) else v for k, v in value.items()}
+        elif _is_token(key):
+            out[key] = _special(value, ids)
         elif key in SIZES and isinstance(value, int) and not isinstance(value, bool) and value > SIZES[key]:
             out[key] = SIZES[key]
         elif key in SIZES and isinstance(value, list) and all(_is_size(key, v) for v in value):
