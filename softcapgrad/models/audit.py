@@ -128,7 +128,7 @@ def model_type_config(model_type: str, sets: dict[str, Any]):
     """The tiny configuration of ``model_type`` (models/tiny.py), then ``sets`` (``SUB.KEY`` inside a sub-configuration)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from softcapgrad.models import tiny
+    from softcapgrad.models import caps, tiny
 
     if model_type not in CONFIG_MAPPING:
         close = sorted(k for k in CONFIG_MAPPING if model_type.split("_")[0] in k)[:8]
@@ -146,6 +146,13 @@ def model_type_config(model_type: str, sets: dict[str, Any]):
                          f"{tiny.reason(err)}") from None
     if not sets:
         return base
+    early = base
+    for key, value in sets.items():  # the size first, on the built config: a huge depth never reaches the class
+        try:
+            early = caps.with_value(early, key, value)
+        except Exception:  # noqa: BLE001 -- the class's own check below names the field and the reason
+            pass
+    tiny.refuse_if_too_big(early, 2)
     kwargs = base.to_dict()
     for key, value in sets.items():
         target, where, d = base, "", kwargs

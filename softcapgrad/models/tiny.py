@@ -48,6 +48,7 @@ NOT_SIZES = ("_id", "_index", "token", "eps", "layers", "window", "seed")  # nev
 LAYER_COUNTS = ("num_hidden_layers", "num_blocks", "num_layers", "n_layer", "conf_num_hidden_layers", "encoder_layers",
                 "decoder_layers", "depth")
 MIN_LAYERS = 2
+TINY_LIMIT = 20_000_000  # parameters: a repaired tiny configuration past this is refused, not built
 OVERRIDES: dict[str, dict[str, Any]] = {  # model type -> fields set after shrinking (dotted for sub-configs)
     # transformers' native mLSTM step sizes its state by the value head dim: q/k heads as wide as v heads
     "xlstm": {"qk_dim_factor": 1.0},
@@ -142,6 +143,11 @@ def shrink(d: dict, aliases: dict | None = None, ids: dict | None = None) -> dic
             out[key] = [min(v, SIZES[key]) for v in value]
         elif _is_size(key, value) and value in aliases:
             out[key] = aliases[value]
+    patch = d.get("patch_size")
+    if isinstance(patch, int) and isinstance(d.get("image_size"), int) and d["image_size"] > 2 * patch:
+        out["image_size"] = 2 * patch  # a 2 × 2 grid of patches
+    if isinstance(d.get("num_frames"), int) and d["num_frames"] > 2:
+        out["num_frames"] = 2
     for name in LAYER_COUNTS:
         count = d.get(name)
         if not isinstance(count, int) or isinstance(count, bool) or count <= MIN_LAYERS:
@@ -350,9 +356,13 @@ def tiny_config(model_type: str, smoke=None, attempts: int = 6):
         try:
             config = cls(**copy.deepcopy(d))
             if smoke is not None:
+                n = parameters_estimate(config)
+                if n > TINY_LIMIT:  # a repair back to a default size must not build a full model
+                    raise InputError(f"{model_type}: no tiny configuration found: after the class's own repairs it "
+                                     f"would hold about {n:.2g} parameters")
                 smoke(config)
             return config
-        except ImportError:
+        except (ImportError, InputError):
             raise
         except Exception as err:
             if attempt == attempts - 1:
