@@ -586,15 +586,6 @@ def _audit(src: Source, implementations: list[str], batch: Batch, dtype_name: st
     )
 
 
-def field_status(cap, verdicts: dict[str, str]) -> str:
-    """Over every implementation: applied (by one at least), dead config (set, every run ignores it), not run, or the cap's own status."""
-    if cap.status not in ("applied", "hard-coded", "dead config"):
-        return cap.status
-    if any(v in ("applied", "hidden") for v in verdicts.values()):
-        return "applied"
-    return "dead config" if any(v == "ignored" for v in verdicts.values()) else "not run"
-
-
 def audit_model(src: Source, implementations: list[str], ids, dtype: str, autocast: str | None, seed: int,
                 scale_logits: float, device: str, given: dict):
     """Audit and report: ``given`` names the model as the user gave it (directory or type, --set, --inputs)."""

@@ -73,10 +73,17 @@ def site_rows(result) -> list[dict]:
     return rows
 
 
+def field_status(cap, verdicts: dict[str, str]) -> str:
+    """Over every implementation: applied (by one at least), dead config (set, every run ignores it), not run, or the cap's own status."""
+    if cap.status not in ("applied", "hard-coded", "dead config"):
+        return cap.status
+    if any(v in ("applied", "hidden") for v in verdicts.values()):
+        return "applied"
+    return "dead config" if any(v == "ignored" for v in verdicts.values()) else "not run"
+
+
 def config_rows(result) -> list[dict]:
     """One row per cap: its field, value, status over the implementations, where it runs and each implementation's verdict."""
-    from softcapgrad.models.audit import field_status
-
     implementations = [r.implementation for r in result.runs]
     rows = []
     for i, c in enumerate(result.caps):

@@ -42,13 +42,31 @@ def _is_number(value) -> bool:
     return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _attributes(config) -> list[str]:
+    """The configuration's attribute names: its dataclass fields and whatever else it holds."""
+    from transformers import PreTrainedConfig
+
+    names = list(vars(config))
+    if dataclasses.is_dataclass(config):
+        names += [f.name for f in dataclasses.fields(config) if f.name not in names]
+    for cls in type(config).__mro__:  # plain class attributes of the model's own config classes (a fixed cap)
+        if cls is PreTrainedConfig or not issubclass(cls, PreTrainedConfig):
+            break
+        names += [n for n, v in vars(cls).items() if n not in names and _is_number(v) and v is not None]
+    return names
+
+
 def fields(config, prefix: str = "") -> dict:
     """Every number (or None) in the configuration and its sub-configurations, by dotted path."""
     from transformers import PreTrainedConfig
 
     out = {}
-    for name, value in vars(config).items():
+    for name in _attributes(config):
         if name.startswith("_"):
+            continue
+        try:
+            value = getattr(config, name)
+        except Exception:  # noqa: BLE001 -- a per-layer attribute read globally: not one number
             continue
         if isinstance(value, PreTrainedConfig):
             out.update(fields(value, f"{prefix}{name}."))

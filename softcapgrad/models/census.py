@@ -9,6 +9,7 @@ run is a row with its reason. Nothing is downloaded; the weights are random, see
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ IMPLEMENTATIONS = ("eager", "sdpa")  # flex_attention compiles per model (minute
 OPS = {"tanh": r"\btanh\(", "softplus": r"softplus", "sigmoid": r"\bsigmoid\("}
 SHAPE = (2, 8)  # batch and tokens of the census's own forward and backward
 SECONDS = 120  # one model type's budget; past it the row says so
+HEADROOM = 6 << 30  # bytes of address space a model type may add: past it an allocation fails, a row says so
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,26 @@ def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: i
             signal.signal(signal.SIGALRM, previous)
 
 
+@contextlib.contextmanager
+def _address_space(headroom: int):
+    """Cap this process's address space at its current size plus ``headroom`` (Linux): a model type that
+    allocates past it fails with an error its row records, instead of the whole census being killed."""
+    try:
+        import resource
+
+        with open("/proc/self/statm", encoding="ascii") as f:
+            size = int(f.read().split()[0]) * resource.getpagesize()
+        previous = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (size + headroom, previous[1]))
+    except (ImportError, OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, previous)
+
+
 @dataclass(frozen=True)
 class Census:
     transformers: str
@@ -180,10 +202,11 @@ def census(model_types: list[str] | None = None, implementations=IMPLEMENTATIONS
                              "or sigmoid in this transformers")
         chosen = [known[m] for m in model_types]
     rows = []
-    for c in chosen:
-        rows.append(census_row(c, implementations, seconds))
-        if advance is not None:
-            advance(1)
+    with _address_space(HEADROOM):
+        for c in chosen:
+            rows.append(census_row(c, implementations, seconds))
+            if advance is not None:
+                advance(1)
     return Census(transformers.__version__, torch.__version__.split("+")[0], tuple(implementations), rows)
 
 

@@ -47,7 +47,8 @@ def _declared(config_class):
     except ImportError:
         return None
     found = [c for _, c in sorted(vars(modeling).items()) if isinstance(c, type)
-             and getattr(c, "config_class", None) is config_class and hasattr(c, "_from_config")]
+             and getattr(c, "config_class", None) is config_class and hasattr(c, "_from_config")
+             and "PreTrained" not in c.__name__]
     return min(found, key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__), c.__name__), default=None)
 
 

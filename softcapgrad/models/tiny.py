@@ -54,6 +54,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {  # model type -> fields set after shrin
     "xlstm": {"qk_dim_factor": 1.0},
     # PaliGemma reads the cap from its text model's config: PaliGemma 2's Gemma 2 text model has one
     "paligemma": {"text_config.model_type": "gemma2"},
+    # its decoder layers build an expert router whatever the config says: give it experts
+    "diffusion_gemma": {"text_config.num_experts": EXPERTS, "text_config.top_k_experts": 2,
+                        "text_config.moe_intermediate_size": INTER},
 }
 
 
