@@ -29,8 +29,8 @@ def census_figure(result):
     ax.invert_yaxis()
     ax.set_xlabel("tanh soft-cap fields, by what the model does with them")
     counts = result.counts()
-    ax.set_title(f"transformers {result.transformers}: {counts['model types that apply a cap']} model types apply a "
-                 f"soft-cap, {counts['caps dead config']} cap fields are dead config (found by running, tiny)")
+    ax.set_title(f"transformers {result.transformers}, found by running each model type tiny: "
+                 f"{counts['model types that apply a cap']} apply a soft-cap; dead config: {counts['caps dead config']}")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
@@ -43,10 +43,9 @@ def census_report(result, seconds: float, out: Optional[Path]) -> Report:
     dead = result.dead()
     answer = (
         f"Of {counts['candidates']} model types whose modeling source calls tanh, softplus or sigmoid, "
-        f"{counts['audited']} built and ran tiny: {counts['model types that apply a cap']} apply a tanh soft-cap, "
-        f"{counts['caps dead config']} cap field{'s are' if counts['caps dead config'] != 1 else ' is'} dead config and "
-        f"{counts['caps off']} are off at their default; {counts['model types with a gate']} have softplus or sigmoid "
-        f"sites ({counts['gate sites']} contracts).",
+        f"{counts['audited']} built and ran tiny: {counts['model types that apply a cap']} apply a tanh soft-cap; "
+        f"cap fields dead config: {counts['caps dead config']}, off at their default: {counts['caps off']}; "
+        f"{counts['model types with a gate']} have softplus or sigmoid sites ({counts['gate sites']} contracts).",
         f"{counts['not audited']} model types could not be built or run (each a row with its reason); "
         f"the census took {seconds:.0f} s.",
     )

@@ -469,9 +469,9 @@ def discover(src: Source, dtype, state, seed: int, device: str) -> Discovery:
 
 
 def _module(name: str) -> str:
-    from softcapgrad.models.trace import _layerless
+    from softcapgrad.models.trace import layerless
 
-    return _layerless(name)
+    return layerless(name)
 
 
 def seen(run: Run, cap) -> bool:

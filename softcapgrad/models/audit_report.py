@@ -22,11 +22,11 @@ def kind_of_site(module: str, root: str) -> str:
 
 
 def _field_of(result, module: str, cap: float | None) -> str:
-    from softcapgrad.models.trace import _layerless
+    from softcapgrad.models.trace import layerless
 
     for c in result.caps:
         if c.divisor is not None and cap is not None and math.isclose(c.divisor, cap, rel_tol=1e-5) \
-                and _layerless(module) in c.modules:
+                and layerless(module) in c.modules:
             return c.field or "(hard-coded)"
     return ""
 
@@ -35,7 +35,7 @@ def site_rows(result) -> list[dict]:
     """One row per soft-cap site per implementation: the monitor's, then the applied-but-hidden caps."""
     import torch
 
-    from softcapgrad.models.trace import _layerless
+    from softcapgrad.models.trace import layerless
     from softcapgrad.stacks.watch import first_zero
 
     rows = []
@@ -57,7 +57,7 @@ def site_rows(result) -> list[dict]:
             path = f"{HIDDEN_PATH.get(run.implementation, 'torch-compile')}-{result.device}"
             stack = first_zero(path, "float32", c.divisor)
             values = [v for (module, cap), v in (eager.inputs.items() if eager else [])
-                      if cap is not None and math.isclose(cap, c.divisor, rel_tol=1e-5) and _layerless(module) in c.modules]
+                      if cap is not None and math.isclose(cap, c.divisor, rel_tol=1e-5) and layerless(module) in c.modules]
             fraction = None
             if values and stack.value is not None:
                 a = torch.cat(values).abs() * c.divisor

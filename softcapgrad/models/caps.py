@@ -123,13 +123,13 @@ def _close(a: float, b: float) -> bool:
 
 def _sites(tanhs) -> dict:
     """(module, divisor or None) -> (count, dtype) over a trace's tanhs, layer indices folded."""
-    from softcapgrad.models.trace import _layerless
+    from softcapgrad.models.trace import layerless
 
     out: dict = {}
     for t in tanhs:
         if t.divisor is not None and t.then is not None and not _close(t.then, t.divisor):
             continue  # a scaled tanh not scaled back (GELU's tanh form): not c·tanh(a/c)
-        key = (_layerless(t.module), None if t.divisor is None else round(t.divisor, 6))
+        key = (layerless(t.module), None if t.divisor is None else round(t.divisor, 6))
         n, _ = out.get(key, (0, t.dtype))
         out[key] = (n + 1, t.dtype)
     return out

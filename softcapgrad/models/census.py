@@ -238,8 +238,8 @@ def markdown(c: Census) -> str:
         "",
         f"Of {counts['candidates']} model types whose modeling source calls tanh, softplus or sigmoid, "
         f"{counts['audited']} built and ran; {counts['model types that apply a cap']} apply a tanh soft-cap from "
-        f"their configuration; {counts['caps dead config']} cap fields are dead config (set, applied by no "
-        f"implementation); {counts['caps off']} are off at their default (0 or unset, the code skips the cap); "
+        f"their configuration; dead config (a cap set, applied by no implementation): {counts['caps dead config']}; "
+        f"off at their default (0 or unset, the code skips the cap): {counts['caps off']}; "
         f"{counts['model types with a gate']} model types have softplus or sigmoid sites "
         f"({counts['gate sites']} contracts).",
         "",

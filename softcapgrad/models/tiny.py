@@ -44,7 +44,7 @@ SIZES = {  # field -> its tiny value (a field is only ever shrunk, never grown)
     **dict.fromkeys(("n_group", "topk_group", "num_group"), 1),
     **dict.fromkeys(("unpadded_vocab_size",), 250),
 }
-NOT_SIZES = ("_id", "_index", "token", "eps", "layers", "window", "seed")  # never shrunk as an alias of a size
+NOT_SIZES = ("_id", "_index", "token", "eps", "layers", "window", "seed", "scalar")  # never shrunk as an alias of a size
 LAYER_COUNTS = ("num_hidden_layers", "num_blocks", "num_layers", "n_layer", "conf_num_hidden_layers", "encoder_layers",
                 "decoder_layers", "depth")
 MIN_LAYERS = 2

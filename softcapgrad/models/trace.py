@@ -240,7 +240,7 @@ def merged(items: list) -> list:
     """Equal sites (same module but for layer indices, same everything else) as one, with a count."""
     out: dict = {}
     for item in items:
-        values = {k: _layerless(v) if isinstance(v, str) else v for k, v in vars(item).items()}
+        values = {k: layerless(v) if isinstance(v, str) else v for k, v in vars(item).items()}
         key = tuple(v for k, v in values.items() if k != "count")
         if key in out:
             out[key].count += item.count
@@ -249,7 +249,7 @@ def merged(items: list) -> list:
     return list(out.values())
 
 
-def _layerless(name: str) -> str:
+def layerless(name: str) -> str:
     """``model.layers.3.self_attn`` -> ``model.layers.*.self_attn`` (also inside ``linear model.layers.3.g``)."""
     return re.sub(r"(?<=\.)\d+(?=\.|$)", "*", name)
 
