@@ -123,7 +123,7 @@ def test_gemma2_flex_attention_applies_the_cap_inside_its_kernel(cli):
         pytest.skip("the CPU backward refusal is what this test pins")
     assert run["status"] == "forward only" and "backward on CPU" in run["reason"]
     assert "compiled region" in run["hidden"]
-    hidden = [r for r in data["rows"] if r["module"] == "(inside flex_attention)"]
+    hidden = [r for r in data["rows"] if r["module"] == "(inside flex_attention) model.layers.*.self_attn"]
     assert [(r["caps"], r["cap"], r["path"]) for r in hidden] == [("attention", 50.0, "flex-attention-cpu")]
 
 

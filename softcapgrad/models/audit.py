@@ -6,12 +6,15 @@ implementation that is installed it runs one forward and backward inside :class:
 and reports, per soft-cap site, the module, what it caps, the cap, the format the tanh ran in, the
 path's first zero-gradient input and the fraction of the batch past it.
 
-Whether a config soft-cap is applied is decided by running, not by reading: a field the monitor saw
-applied (a tanh of the scores divided by its value, in the right kind of module) is ``applied``;
-any other set field is probed by rebuilding the model with the field at 0.001 (same weights, same
-batch, no gradient) and comparing the logits bit for bit: changed is ``applied`` inside a kernel the
-monitor cannot see (``hidden``), unchanged is ``ignored``. A field no implementation applies is
-dead config. Implementations that raise at build or at run are ``refused`` with their message.
+Which fields are caps is found by running (models/caps.py): one eager forward traced op by op,
+then the fields moved one at a time, whatever they are called and at any depth of the
+configuration; the same trace gives every softplus and sigmoid site's contract
+(models/contracts.py). Per implementation, a cap the monitor saw (its module, its divisor) is
+``applied``; a set cap field it did not see is probed by rebuilding the model with the field at
+0.001 (same weights, same batch, no gradient) and comparing the output bit for bit: changed is
+applied inside a kernel the monitor cannot see (``hidden``), unchanged is ``ignored``. A field at 0
+or unset that the code skips is ``off`` under every implementation. Implementations that raise at
+build or at run are ``refused`` with their message. The report is models/audit_report.py.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ TINY = {  # applied, where the config has the field, before --set: a model that 
     "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 128,
 }
-PROBE_CAP = 1e-3  # the probe's cap: saturates any score above ~1e-3, so an applied cap changes the logits
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKEN_KINDS = (".npy", ".pt", ".txt")
 FORMATS = {"bfloat16", "float16", "float32"}
@@ -498,15 +500,18 @@ def verdict(src: Source, run: Run, cap, batch: Batch, dtype, state) -> str:
 
 
 def probe(src: Source, run: Run, cap, batch: Batch, dtype, state) -> str:
-    """'hidden' when moving the field (×SCALE) changes this implementation's output, 'ignored' when it stays bit-identical."""
+    """'hidden' when setting the field to PROBE_CAP changes this implementation's output, 'ignored' when it stays
+    bit-identical. PROBE_CAP saturates every input above about 1e-3, so a cap that runs changes the output even
+    where the model's scores are far below its real cap (a scale of 1.25 would change them by less than the
+    format's rounding); an off field is never probed this way (its 0 would become a cap)."""
     import torch
 
-    from softcapgrad.models.caps import SCALE, with_value
+    from softcapgrad.models.caps import PROBE_CAP, with_value
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the run itself already recorded this implementation's warnings
-            model = build(src, with_value(src.config, cap.field, cap.value * SCALE), run.implementation, dtype, state,
+            model = build(src, with_value(src.config, cap.field, PROBE_CAP), run.implementation, dtype, state,
                           batch.device)
             model.train()
             base = forward(run.model, batch, grad=False)

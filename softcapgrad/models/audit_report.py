@@ -150,7 +150,7 @@ def answer(result, rows: list[dict], fields: list[dict], gates: list[dict]) -> t
 
 def audit_report(result, params: dict):
     from softcapgrad.core.report import Report, Table
-    from softcapgrad.models.caps import ON, SCALE
+    from softcapgrad.models.caps import ON, PROBE_CAP, SCALE
 
     rows = site_rows(result)
     fields = config_rows(result)
@@ -189,8 +189,8 @@ def audit_report(result, params: dict):
             "caps are found by running: a field is a cap when setting it to "
             f"{SCALE:g}× its value moves a tanh's divisor in proportion (applied), or when setting it from 0 or unset "
             f"to {ON:g} makes a capped tanh run (off); a field named like a cap that moves no tanh is dead config",
-            "per implementation: applied, the monitor saw the tanh; hidden, not seen but moving the field changed the "
-            "output (applied inside a kernel); ignored, the output stayed bit-identical",
+            "per implementation: applied, the monitor saw the tanh; hidden, not seen but setting the field to "
+            f"{PROBE_CAP:g} changed the output (applied inside a kernel); ignored, the output stayed bit-identical",
             "fraction: share of the site's values whose tanh output was stored as exactly ±1 (eager gradient exactly 0); "
             "for hidden sites, share of the eager run's pre-cap values at or past that path's first zero-gradient input",
             "gates: shapes from a forward of batch 3 × 7 tokens, axes named by the configuration's sizes",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 ON = 7.25  # the value an unset field is probed at: distinct from every tiny size and default cap
 SCALE = 1.25  # a set field is probed at SCALE times its value
+PROBE_CAP = 1e-3  # an implementation's probe: saturates every input above ~1e-3, so a cap that runs changes the output
 HINTS = ("cap",)  # a field whose name holds this is tried even when no divisor equals it
 
 
