@@ -169,6 +169,11 @@ def test_no_internal_error_slow(cli, model_type):
 
 
 @pytest.mark.slow
-def test_every_candidate_model_type_without_an_internal_error():
-    rows = census.census(seconds=300).rows
-    assert [(r.model_type, r.reason) for r in rows if r.status in ("internal error", "timed out")] == []
+def test_every_candidate_model_type_without_an_internal_error(cli):
+    """audit-model on every model type the census runs (all 322 with transformers 5.24.0): an answer or one line."""
+    bad = []
+    for candidate in census.candidates():
+        code, _, out, err = cli("audit-model", "--model-type", candidate.model_type, "--attn", "eager", "--attn", "sdpa")
+        if code not in (0, 2) or (code == 2 and err.strip().count("\n") != 0):
+            bad.append((candidate.model_type, code, err.strip()[-300:]))
+    assert bad == []

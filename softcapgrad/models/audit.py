@@ -137,7 +137,7 @@ def model_type_config(model_type: str, sets: dict[str, Any]):
         raise InputError(f"--model-type {model_type!r}: not a transformers model type"
                          + (f"; similar: {', '.join(close)}" if close else ""))
     try:
-        with quiet():
+        with quiet(), tiny.address_space(tiny.available_bytes() * 9 // 10):
             base = tiny.tiny_config(model_type, smoke)
     except ImportError as err:
         raise InputError(missing_package(err, model_type)) from None
@@ -538,8 +538,11 @@ class Audit:
 
 
 def audit(src: Source, implementations: list[str], batch: Batch, dtype_name: str) -> Audit:
-    """Find the caps and gates, then run every implementation."""
-    with quiet():
+    """Find the caps and gates, then run every implementation (an allocation past the memory available fails
+    as an error, not as the process killed)."""
+    from softcapgrad.models.tiny import address_space, available_bytes
+
+    with quiet(), address_space(available_bytes() * 9 // 10):
         return _audit(src, implementations, batch, dtype_name)
 
 

@@ -9,13 +9,13 @@ run is a row with its reason. Nothing is downloaded; the weights are random, see
 
 from __future__ import annotations
 
-import contextlib
 import re
 import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from softcapgrad.core.checks import InputError
+from softcapgrad.models.tiny import address_space
 
 IMPLEMENTATIONS = ("eager", "sdpa")  # flex_attention compiles per model (minutes on a CPU); flash-attn needs CUDA
 OPS = {"tanh": r"\btanh\(", "softplus": r"softplus", "sigmoid": r"\bsigmoid\("}
@@ -139,26 +139,6 @@ def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: i
             signal.signal(signal.SIGALRM, previous)
 
 
-@contextlib.contextmanager
-def _address_space(headroom: int):
-    """Cap this process's address space at its current size plus ``headroom`` (Linux): a model type that
-    allocates past it fails with an error its row records, instead of the whole census being killed."""
-    try:
-        import resource
-
-        with open("/proc/self/statm", encoding="ascii") as f:
-            size = int(f.read().split()[0]) * resource.getpagesize()
-        previous = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (size + headroom, previous[1]))
-    except (ImportError, OSError, ValueError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, previous)
-
-
 @dataclass(frozen=True)
 class Census:
     transformers: str
@@ -202,7 +182,7 @@ def census(model_types: list[str] | None = None, implementations=IMPLEMENTATIONS
                              "or sigmoid in this transformers")
         chosen = [known[m] for m in model_types]
     rows = []
-    with _address_space(HEADROOM):
+    with address_space(HEADROOM):
         for c in chosen:
             rows.append(census_row(c, implementations, seconds))
             if advance is not None:

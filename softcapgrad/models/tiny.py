@@ -12,6 +12,7 @@ vocabularies and experts: parameters × the format's bytes against the memory av
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -269,6 +270,29 @@ def available_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 1 << 40
+
+
+@contextlib.contextmanager
+def address_space(headroom: int):
+    """Cap this process's address space at its current size plus ``headroom`` (Linux): a model that allocates
+    past it fails with an error (a one-line answer, a census row) instead of the process being killed."""
+    try:
+        import resource
+
+        with open("/proc/self/statm", encoding="ascii") as f:
+            size = int(f.read().split()[0]) * resource.getpagesize()
+        previous = resource.getrlimit(resource.RLIMIT_AS)
+        limit = size + headroom
+        if previous[0] != resource.RLIM_INFINITY:
+            limit = min(limit, previous[0])  # inside a tighter cap (the census's), keep it
+        resource.setrlimit(resource.RLIMIT_AS, (limit, previous[1]))
+    except (ImportError, OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, previous)
 
 
 @dataclass(frozen=True)
