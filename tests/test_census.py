@@ -7,6 +7,7 @@ model, paligemma, t5gemma, nanochat) plus the model types whose caps are not cal
 """
 
 import json
+import os
 
 import pytest
 import torch
@@ -169,6 +170,8 @@ def test_no_internal_error_slow(cli, model_type):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SOFTCAPGRAD_EVERY_MODEL_TYPE"),
+                    reason="about 2 minutes: set SOFTCAPGRAD_EVERY_MODEL_TYPE=1 (the census runs them all too)")
 def test_every_candidate_model_type_without_an_internal_error(cli):
     """audit-model on every model type the census runs (all 322 with transformers 5.24.0): an answer or one line."""
     bad = []
