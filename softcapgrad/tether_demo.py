@@ -20,10 +20,15 @@ from softcapgrad.names import TETHER_SECTIONS as SECTIONS
 PUSH_LRS = [1e-3, 1e-2, 1.5e-1]  # a 150× range
 PUSH_WDS = [20.0, 5.0, 0.5]
 BETA = 6.0
+# The trained runs (collapse, wd) are float64: in float32 the CPU's vector kernels (sigmoid, the
+# pow of Adam's bias correction, randn's Box–Muller) differ in the last place between AVX-512, AVX2
+# and ATen's scalar code, and a hundred Adam steps carry that into the 7th digit, enough to move a
+# line of the figure by a pixel. In float64 the same differences stay near 1e-16.
+DTYPE = torch.float64
 
 
 def _signal(gen: torch.Generator, tokens: int, means: torch.Tensor) -> torch.Tensor:
-    return means + torch.randn(tokens, means.numel(), generator=gen)
+    return means + torch.randn(tokens, means.numel(), generator=gen, dtype=DTYPE)
 
 
 def _adam(params: list[torch.Tensor], lr: float):
@@ -49,9 +54,9 @@ def _adam(params: list[torch.Tensor], lr: float):
 
 def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, checkpoints: list[int]) -> list[dict]:
     """A branch that only adds noise: loss = mean((g·b)²) closes any gate the optimizer controls."""
-    means = torch.tensor([-0.5, 0.0, 0.5, 1.0])
-    tether = TetherGate(4, beta=BETA)
-    plain_theta = torch.zeros(4, requires_grad=True)
+    means = torch.tensor([-0.5, 0.0, 0.5, 1.0], dtype=DTYPE)
+    tether = TetherGate(4, beta=BETA).to(DTYPE)
+    plain_theta = torch.zeros(4, dtype=DTYPE, requires_grad=True)
     # one Adam and one gradient call for both gates: Adam is per parameter and neither loss reaches
     # the other gate, so each θ moves exactly as under its own optimizer
     thetas = [tether.theta, plain_theta]
@@ -62,7 +67,7 @@ def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, check
     rows = []
     for step in range(steps + 1):
         s = _signal(gen, 256, means)
-        branch = torch.randn(256, 4, generator=gen)
+        branch = torch.randn(256, 4, generator=gen, dtype=DTYPE)
         g_t = tether(s)
         g_p = torch.sigmoid(BETA * (s - plain_theta))
         if step in wanted:
@@ -90,14 +95,14 @@ def steady_push(lrs: list[float], wds: list[float], steps: int | None = None) ->
 def _steady_push(lrs: tuple[float, ...], wds: tuple[float, ...], steps: int | None) -> list[dict]:
     rows = []
     for lr in lrs:
-        gate = TetherGate(len(wds), beta=BETA)
+        gate = TetherGate(len(wds), beta=BETA).to(DTYPE)
         gate.ema_s.zero_()  # θ* = −logit(0.5)/β = 0
         theta = gate.theta
         adam = _adam([theta], lr)
         push = [-torch.ones_like(theta)]  # ∂L/∂θ < 0: descent raises θ, closing the gate
-        k = torch.tensor([lr * wd for wd in wds])
+        k = torch.tensor([lr * wd for wd in wds], dtype=DTYPE)
         n = steps or int(min(20_000, math.ceil(8 / float(k.min()))))
-        history = torch.empty(n, len(wds))
+        history = torch.empty(n, len(wds), dtype=DTYPE)
         with torch.no_grad():
             for step in range(n):
                 adam(push)
