@@ -1,10 +1,13 @@
 """Audit: do real pre-cap values reach the dead zone?
 
-One pass over the data answers every requested path at once. Each tensor is memory-mapped and
-read in chunks of ``CHUNK`` values: ``.npy`` and ``.safetensors`` at the byte offsets their headers
-record (numpy's header reader; the safetensors library opens and validates the file first),
-``.pt`` through ``torch.load(weights_only=True, mmap=True)``. Nothing is unpickled, and nothing
-grows with the file but the page cache: the scan's own memory is its tally and a few chunks.
+One pass over the data answers every requested path at once. Each tensor is read in chunks of
+``CHUNK`` values: ``.npy`` and ``.safetensors`` by plain reads at the byte offsets their headers
+record (numpy's header reader; the safetensors library opens and validates the file first), so a
+file cut short while it is read is a short read and one line, never a SIGBUS; ``.pt`` through
+``torch.load(weights_only=True, mmap=True)``, the file's size checked again before every chunk.
+Nothing is unpickled, and nothing grows with the file but the page cache: the scan's own memory is
+its tally and a few chunks. Any layout is read: a transposed or strided tensor chunk by chunk
+through contiguous copies of at most ``CHUNK`` values, a saved ``nn.Parameter`` detached.
 
 Per tensor and path it counts the values whose gradient through the path is exactly 0: rounded
 to the path's scores format as torch converts them (float64 data goes through float32, as torch
@@ -122,7 +125,7 @@ class Source:
         return fmt if fmt.kind == "f" else None
 
     def chunks(self) -> list[Callable[[], np.ndarray]]:
-        """A loader per chunk, in order: chunk i holds values i·CHUNK onwards; any order of loading works."""
+        """A loader per chunk of at most CHUNK values, in the tensor's order; any order of loading works."""
         return self.reader()
 
 
@@ -143,14 +146,27 @@ def _numpy_format(dtype: np.dtype, stored_as: str | None, name: str) -> np.dtype
                      "name it with --stored-as, e.g. --stored-as fp8_e4m3fn")
 
 
+def truncated(path: Path, expected: int, found: int) -> InputError:
+    return InputError(f"{path}: the file was cut short while it was read ({found:,} of {expected:,} bytes); "
+                      "scan it again once whatever writes it has finished")
+
+
 def _mapped_chunks(path: Path, offset: int, count: int, stored: np.dtype, fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
-    """``count`` values of ``stored`` from byte ``offset``, memory-mapped, as chunks of ``fmt`` in native byte order."""
+    """``count`` values of ``stored`` from byte ``offset``, read chunk by chunk, as chunks of ``fmt`` in native byte order.
+
+    Plain reads rather than a memory map: a file that shrinks under a map kills the process with
+    SIGBUS, a file that shrinks under a read gives a short read, which is reported."""
     if not count:
         return []
-    data = np.memmap(path, dtype=stored, mode="r", offset=offset, shape=(count,))
 
     def load(start: int) -> np.ndarray:
-        part = data[start:start + CHUNK]
+        part = np.empty(min(CHUNK, count - start), dtype=stored)
+        raw = part.view(np.uint8)
+        with open(path, "rb", buffering=0) as f:
+            f.seek(offset + start * stored.itemsize)
+            got = f.readinto(raw)
+        if got != raw.nbytes:
+            raise truncated(path, offset + (start + len(part)) * stored.itemsize, offset + start * stored.itemsize + got)
         return part.view(fmt) if stored.kind == "V" else part.astype(fmt, copy=False)
 
     return [functools.partial(load, start) for start in range(0, count, CHUNK)]
@@ -215,17 +231,23 @@ def _safetensors_sources(path: Path) -> list[Source]:
 
 
 def _tensor_chunks(t) -> Iterator:
-    """Chunks of at most CHUNK values of a tensor, as flat views where it is contiguous."""
+    """Chunks of at most CHUNK values of a tensor: flat views where it is contiguous; elsewhere
+    (a transposed weight, a strided slice) contiguous copies of whole rows, or of the slices of a
+    row too long for one chunk. The recursion goes one dimension down each time."""
     if t.is_contiguous():
         flat = t.reshape(-1)
         for start in range(0, flat.numel(), CHUNK):
             yield flat[start:start + CHUNK]
-    elif t.dim() == 0:
-        yield t.reshape(1)
+    elif t.numel() == 0:
+        return
+    elif t.dim() <= 1 or t[0].numel() <= CHUNK:
+        rows = t.reshape(-1, 1) if t.dim() <= 1 else t  # a 1-D strided tensor: its values as rows of one
+        step = max(1, CHUNK // max(1, rows[0].numel()))
+        for start in range(0, rows.shape[0], step):
+            yield rows[start:start + step].contiguous().reshape(-1)
     else:
-        step = max(1, CHUNK // max(1, t[0].numel()))
-        for start in range(0, t.shape[0], step):
-            yield from _tensor_chunks(t[start:start + step] if step > 1 else t[start])
+        for i in range(t.shape[0]):
+            yield from _tensor_chunks(t[i])
 
 
 def _torch_format(t) -> np.dtype | None:
@@ -242,9 +264,10 @@ def _as_numpy(chunk, fmt: np.dtype) -> np.ndarray:
     return chunk.view({1: torch.uint8, 2: torch.uint16}[fmt.itemsize]).numpy().view(fmt)
 
 
-def _torch_source(name: str, t) -> Source:
+def _torch_source(name: str, t, path: Path | None = None, size: int = 0) -> Source:
     import torch
 
+    t = t.detach()  # a saved nn.Parameter comes back requiring grad
     implicit = 0
     if t.layout != torch.strided:
         values = t.coalesce().values() if t.is_sparse else t.values()
@@ -253,7 +276,18 @@ def _torch_source(name: str, t) -> Source:
     if fmt is None:  # not floating-point: listed, never read
         return Source(name, str(t.dtype).removeprefix("torch."), t.numel(), 0, list)
     return Source(name, fmt.name, t.numel() + implicit, t.numel() * t.element_size(),
-                  lambda: [functools.partial(_as_numpy, c, fmt) for c in _tensor_chunks(t)], implicit)
+                  lambda: [functools.partial(_checked, path, size, _as_numpy, c, fmt) for c in _tensor_chunks(t)],
+                  implicit)
+
+
+def _checked(path: Path | None, size: int, load: Callable, *args) -> np.ndarray:
+    """``load(*args)`` once the memory-mapped file is still its whole size: the map of a file cut
+    short gives SIGBUS where its end used to be."""
+    if path is not None:
+        now = path.stat().st_size
+        if now < size:
+            raise truncated(path, size, now)
+    return load(*args)
 
 
 def _flatten(obj, prefix: str = "") -> Iterator[tuple[str, object]]:
@@ -276,7 +310,8 @@ def _torch_sources(path: Path) -> list[Source]:
     tensors = list(_flatten(obj))
     if not tensors:
         raise InputError(f"{path}: holds no tensors")
-    return [_torch_source(name, t) for name, t in tensors]
+    size = path.stat().st_size
+    return [_torch_source(name, t, path, size) for name, t in tensors]
 
 
 def open_sources(path: Path, stored_as: str | None = None) -> list[Source]:
@@ -583,9 +618,11 @@ def scan_sources(sources: list[Source], c: float, zones: list[DeadZone], label: 
     with shown as advance:
         for src in sources:
             tally = _Tally(zones, src.fmt, src.numel, buffers)
-            for i, load in enumerate(src.chunks()):
+            start = 0
+            for load in src.chunks():
                 x = load()
-                tally.add(x, i * CHUNK)
+                tally.add(x, start)
+                start += x.size
                 advance(x.nbytes)
             scans.append(tally.finish(src, c))
     return scans
@@ -608,10 +645,15 @@ def scan_answer(path: Path, c: float, scans: list[Scan], zones: list[DeadZone]) 
             f"{z.path} {sum(s.beyond[i]['count'] for s in scans):,}" for i, z in enumerate(zones))
             + f" of {n:,} values lie in the dead zone."]
     worst = max(scans, key=lambda s: (max((b["count"] for b in s.beyond), default=0), s.max_abs or 0.0))
-    if worst.max_abs is not None:
-        sentences.append(f"The largest |a| is {max(s.max_abs or 0.0 for s in scans):.6g} "
-                         f"({max(s.max_abs or 0.0 for s in scans) / c:.3g}c)"
-                         + (f"; the most dead values are in {worst.name!r}." if len(scans) > 1 else "."))
+    where = f"; the most dead values are in {worst.name!r}." if len(scans) > 1 else "."
+    top = max((s.max_abs for s in scans if s.max_abs is not None), default=None)
+    infinite = sum(s.inf_count for s in scans)
+    finite_part = "" if top is None else f"{top:.6g} ({top / c:.3g}c)"
+    if infinite:
+        sentences.append(f"The largest |a| is ∞: {infinite:,} value{'s are' if infinite > 1 else ' is'} ±inf"
+                         + (f", and the largest finite |a| is {finite_part}" if finite_part else "") + where)
+    elif finite_part:
+        sentences.append(f"The largest |a| is {finite_part}{where}")
     return tuple(sentences)
 
 
