@@ -108,6 +108,21 @@ def not_with(given: dict[str, object], why: str) -> None:
         raise InputError(f"{', '.join(used)} {'does' if len(used) == 1 else 'do'} not apply {why}")
 
 
+def cap_in_format(name: str, value: float, fmt, why: str = "") -> float:
+    """A cap the format holds as a normal number: below, a/c loses its digits or the cap rounds to 0;
+    above, it rounds to inf. ``why``: what computes in ``fmt``."""
+    from softcapgrad.core.checks import positive
+    from softcapgrad.laws import formats
+
+    positive(name, value)
+    info = formats.finfo(fmt)
+    lo, hi = float(info.smallest_normal), float(info.max)
+    if not lo <= value <= hi:
+        raise InputError(f"{name} {value:g}: {why or 'the cap is computed'} in {fmt.name}, "
+                         f"whose normal numbers lie in [{lo:.4g}, {hi:.4g}]")
+    return float(value)
+
+
 def seed_in_range(seed: int | None) -> int:
     """torch and numpy generators take seeds in [0, 2^63)."""
     return bounded("--seed", 0 if seed is None else seed, 0, 2**63 - 1)

@@ -54,23 +54,32 @@ def attenuation_figure(identity: Report):
 
 
 def knee_figure(knee: Report):
+    """The knee per format for tanh (or, when only the sigmoid was asked, for the sigmoid)."""
     plt = _plt()
-    rows = [r for r in knee.tables[0].rows if r["fn"] == "tanh"]
-    backends = [b for b in _table(knee, "backends") if b["fn"] == "tanh" and b["supported"] and b["backend"] != "exact"]
+    fns = [r["fn"] for r in knee.tables[0].rows]
+    fn = "tanh" if "tanh" in fns else fns[0]
+    rows = [r for r in knee.tables[0].rows if r["fn"] == fn]
+    backends = [b for b in _table(knee, "backends") if b["fn"] == fn and b["supported"] and b["backend"] != "exact"]
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     names = [r["dtype"] for r in rows]
     pos = {n: i for i, n in enumerate(names)}
-    ax.scatter([pos[n] for n in names], [r["knee_doc_formula"] for r in rows], marker="v", label="document formula (ln2/2)(p+2)")
-    ax.scatter([pos[n] for n in names], [r["knee_spacing"] for r in rows], marker="^", label="spacing below 1.0: ½ln(4/ε₋)")
+    if fn == "tanh":
+        ax.scatter([pos[n] for n in names], [r["knee_doc_formula"] for r in rows], marker="v",
+                   label="document formula (ln2/2)(p+2)")
+    ax.scatter([pos[n] for n in names], [r["knee_spacing"] for r in rows], marker="^",
+               label="spacing below 1.0: ½ln(4/ε₋)" if fn == "tanh" else "spacing below 1.0: ln(2/ε₋)")
     ax.scatter([pos[n] for n in names], [r["knee_exact"] for r in rows], marker="o", facecolors="none", edgecolors="k", s=60,
-               label="exact atanh(1 − ε₋/2)")
+               label="exact atanh(1 − ε₋/2)" if fn == "tanh" else "exact logit(1 − ε₋/2)")
     for backend, marker in (("numpy", "x"), ("torch", "+")):
         pts = [b for b in backends if b["backend"] == backend and b["dtype"] in pos]
+        if not pts:
+            continue
         ax.scatter([pos[b["dtype"]] for b in pts], [b["first_saturating_input"] for b in pts], marker=marker, s=60,
                    label=f"{backend}: first input stored as 1.0")
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=7)
-    ax.set_ylabel("x where tanh(x) is stored as 1.0 (dimensionless)")
-    ax.set_title("The document's knee formula sits below every real knee; fp32 backends differ")
+    ax.set_ylabel(f"x where {fn}(x) is stored as 1.0 (dimensionless)")
+    ax.set_title("The document's knee formula sits below every real knee; fp32 backends differ" if fn == "tanh"
+                 else "Where sigmoid(x) is stored as exactly 1.0, per format")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
