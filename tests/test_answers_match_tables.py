@@ -50,7 +50,7 @@ def test_horizon_all_paths_answer_spans_every_row_of_its_tables(cli):
                       if r["scores"] == fmt and r["cap"] == c and r["first_zero_grad_input"] is not None]
             part = sentence.split(f"at c = {c:g} from ")[1].split(";")[0]
             lo, hi = float(part.split(" ")[2]), float(part.split(" to ")[1].split(" ")[0])
-            assert (lo, hi) == (pytest.approx(min(values), rel=1e-7), pytest.approx(max(values), rel=1e-7)  # printed to 8 digits)
+            assert (lo, hi) == (pytest.approx(min(values), rel=1e-7), pytest.approx(max(values), rel=1e-7))  # 8 digits
 
 
 def test_horizon_answer_counts_cells_without_a_figure_in_a_sentence(cli):
