@@ -269,6 +269,10 @@ def plot(report: Report, path: Path) -> Path:
     return save(BUILDERS[report.command](report), path)
 
 
+REPRODUCED = ("attenuation.png", "knee.png", "horizon.png", "ratchet.png", "dynamics.png", "gates.png", "tether.png",
+              "audit.png")  # audit.png only with transformers installed
+
+
 def reproduce_figures() -> dict[str, bytes]:
     """Every figure `make reproduce` regenerates, as PNG bytes by file name, each from the report its table would print."""
     import numpy as np
