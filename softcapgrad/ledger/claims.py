@@ -126,8 +126,10 @@ def _horizon(c: float, name: str = "bf16"):
     return horizon(c, formats.resolve(name), [4.0 * c])
 
 
-# the real stacks whose fp32 tanh is their own (stacks.py): live where they run here, else recorded
-_FP32_STACKS = ("torch-compile-cpu", "torch-compile-cpu-scalar", "jax-jit-cpu",
+# the real stacks whose fp32 tanh is their own (stacks.py): live where they run here, else recorded. Only
+# stacks every install has (torch) or that are recorded: jax-jit-cpu needs the optional jax extra, and
+# the committed ledger must read the same with or without it (`knee --dtype fp32 --backend all` shows it)
+_FP32_STACKS = ("torch-compile-cpu", "torch-compile-cpu-scalar",
                 "torch-eager-cuda", "torch-compile-cuda", "tanh-approx-cuda", "jax-jit-cuda")
 
 
