@@ -50,3 +50,29 @@ def test_the_ledger_is_the_same_without_the_optional_extras():
     committed = json.loads((RESULTS / "claims.json").read_text())["rows"]
     assert got["rows"] == [[r[k] for k in LEDGER_KEYS] for r in committed]
     assert got["markdown"] == (RESULTS / "claims.md").read_text()
+
+
+def _compile_cpu_row(capability: str) -> dict:
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability,
+           "TORCHINDUCTOR_CACHE_DIR": os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], capability)}
+    proc = subprocess.run([sys.executable, "-m", "softcapgrad", "horizon", "--path", "torch-compile-cpu", "--scores", "bf16",
+                           "--cap", "30", "--json"], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = json.loads(proc.stdout)["rows"]
+    return row
+
+
+def test_torch_compile_cpu_says_the_isa_that_ran_and_honours_aten_cpu_capability():
+    """The stack runs what torch.compile runs in the same process: under `default` inductor emits scalar
+    code, so the vector stack is not measured (torch-compile-cpu-scalar is that code); under `avx2` its
+    label names AVX2 and 256 bits, whatever wider ISA the CPU has."""
+    pytest.importorskip("torch")
+    from softcapgrad.stacks.runners import inductor_isa
+
+    scalar = _compile_cpu_row("default")
+    assert scalar["first_zero_grad_input"] is None and scalar["source"] == "not measured"
+    assert "ATEN_CPU_CAPABILITY=default" in scalar["reason"] and "torch-compile-cpu-scalar" in scalar["reason"]
+    if inductor_isa(256) is None:
+        pytest.skip("this CPU has no AVX2")
+    avx2 = _compile_cpu_row("avx2")
+    assert avx2["source"] == "measured" and "inductor AVX2 vector code, 256 bits" in avx2["reason"]
