@@ -488,6 +488,7 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
         from softcapgrad.ledger.figures import REPRODUCED, _plt
 
         _plt()
+    writable_folder(out, "--out")
     targets = ledger_files + ([out / "figures" / name for name in REPRODUCED] if drawn else [])
     if targets:  # the files themselves, and the folder beside --out where the set is staged
         check_targets(targets, "--out")
