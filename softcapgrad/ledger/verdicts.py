@@ -145,21 +145,27 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
     chosen = select(only)
     writable_folder(out, "--out")
     partial = len(chosen) < len(claims.CLAIMS)
-    if figures and not partial:
-        from softcapgrad.ledger.figures import _plt
+    drawn = None
+    if figures and not partial:  # drawn in a second process while this one evaluates the claims
+        from softcapgrad.core.background import beside
+        from softcapgrad.ledger.figures import _plt, reproduce_figures
 
         _plt()
-    outcomes = evaluate(chosen)
+        drawn = beside(reproduce_figures)
+    try:
+        outcomes = evaluate(chosen)
+    except BaseException:
+        if drawn is not None:
+            drawn.abandon()
+        raise
     files: dict[Path, str | bytes] = {}
     if not partial or force:
         ledger = reproduce_report(outcomes, len(claims.CLAIMS) if partial else None)
         files[out / "claims.json"] = as_json(ledger) + "\n"
         files[out / "claims.md"] = markdown(outcomes)
         files[out / "claims.raw.json"] = raw_values(outcomes)
-    if figures and not partial:
-        from softcapgrad.ledger.figures import reproduce_figures
-
-        files.update({out / "figures" / name: data for name, data in reproduce_figures().items()})
+    if drawn is not None:
+        files.update({out / "figures" / name: data for name, data in drawn().items()})
     for path, data in files.items():
         write_atomic(path, data)
     return reproduce_report(outcomes, len(claims.CLAIMS) if partial else None, tuple(str(p) for p in files))
