@@ -36,7 +36,7 @@ import sys
 for name in ("jax", "jaxlib", "transformers"):
     sys.modules[name] = None  # import fails as on an install without the extra
 import json
-from softcapgrad.ledger import claims
+from softcapgrad.ledger import verdicts as claims
 outcomes = claims.evaluate()
 print(json.dumps({"rows": [[getattr(o, k) for k in %r] for o in outcomes],
                   "markdown": claims.markdown(outcomes)}))
