@@ -120,7 +120,8 @@ def check_invocation(runner, argv: list[str]) -> None:
         assert result.stdout.strip(), (argv, "exit 0 with no output")
         if "--json" not in argv:
             assert not result.stdout.lstrip().startswith(("┏", "┌", "•")), (argv, "no answer before the tables")
-            assert " nan" not in result.stdout.lower() and "NaN" not in result.stdout.split("\n\n")[0], argv
+            cells = [c.strip() for line in result.stdout.splitlines() if "│" in line for c in line.split("│")]
+            assert "NaN" not in cells, (argv, "a NaN where a number belongs")
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, argv
     if result.exit_code == 2:
         lines = result.stderr.strip().splitlines()
