@@ -13,8 +13,11 @@ and keeps the largest |input|. Where the tanh's input is the output of a divisio
 zero-gradient input is then in units of a (otherwise of the tanh's own input, c = 1).
 
 Attribution is by the Python stack at the forward op: the innermost ``nn.Module`` being called
-(its name from the outermost one's ``named_modules``) and the first frame outside torch (file:line).
-Each backward op is paired with its forward through the saved output's storage. torch's
+(its name from the outermost one's ``named_modules``, learnt once per model, so that two models or
+two instances of a class keep their own rows) and the first frame outside torch (file:line).
+Each backward op is paired with its forward through the saved output's storage. A forward op run
+while autograd runs a backward is a replay (gradient checkpointing, reentrant or not): it is paired
+with the backward that reads it, in the module that first ran it, and not counted again. torch's
 ``ModuleTracker`` is not used: its global module hooks make torch 2.13's dynamo fail on a
 ``torch.compile``d module. Compiled regions run compiled under the monitor (the mode declares
 ``ignore_compile_internals``); their ops are inside generated kernels, so the monitor counts how
@@ -93,19 +96,8 @@ def short_file(filename: str) -> str:
     return filename[len(best):] if best else os.path.basename(filename)
 
 
-_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def module_name(module: torch.nn.Module, root: torch.nn.Module) -> str:
-    """``module``'s qualified name under ``root`` (``model.layers.0.self_attn``); the root by its class."""
-    if root not in _names:
-        _names[root] = {id(m): name for name, m in root.named_modules(remove_duplicate=False)}
-    name = _names[root].get(id(module))
-    return name if name else type(module).__name__
-
-
-def call_site(frame) -> tuple[str, str]:
-    """(module, file:line) of the op whose dispatch runs below ``frame``."""
+def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:
+    """(innermost module, outermost module, file:line) of the op whose dispatch runs below ``frame``."""
     inner = outer = None
     site = None
     while frame is not None:
@@ -117,8 +109,56 @@ def call_site(frame) -> tuple[str, str]:
         elif site is None and not code.co_filename.startswith(_TORCH_DIR):
             site = f"{short_file(code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
-    module = "Global" if inner is None else module_name(inner, outer)
-    return module, site or "(torch)"
+    return inner, outer, site or "(torch)"
+
+
+def recomputing() -> bool:
+    """Whether a forward op runs while autograd runs a backward: a replayed forward (gradient checkpointing,
+    either mode, recomputes the forward inside the backward) whose elements were counted when it first ran."""
+    return torch._C._current_graph_task_id() != -1
+
+
+class Owners:
+    """Each module's model and qualified name, learnt from the outermost module called around an op.
+
+    A model is registered the first time one of its ops runs, with every module under it; a forward
+    replayed inside the backward (transformers' checkpointing calls the layer's ``forward``, outside
+    the model) then finds its modules already owned. Two models (or two instances of one class) get
+    separate owners; ``qualifier`` names them only when more than one model ran.
+    """
+
+    def __init__(self, names: dict[str, torch.nn.Module] | None = None) -> None:
+        self._given = {id(m): name for name, m in (names or {}).items()}
+        self._of: dict[int, tuple[weakref.ref, int, str]] = {}  # id(module) -> (module, model index, name)
+        self.models: list[tuple[str, str | None]] = []  # (class name, given name)
+
+    def _register(self, root: torch.nn.Module) -> None:
+        index = len(self.models)
+        self.models.append((type(root).__name__, self._given.get(id(root))))
+        for name, m in root.named_modules(remove_duplicate=False):
+            known = self._of.get(id(m))
+            if known is None or known[0]() is not m:
+                self._of[id(m)] = (weakref.ref(m), index, name)
+
+    def owner(self, inner: torch.nn.Module | None, outer: torch.nn.Module | None) -> tuple[int, str]:
+        """(model index, name under the model) of ``inner``; (-1, "Global") outside any module."""
+        if inner is None:
+            return -1, "Global"
+        known = self._of.get(id(inner))
+        if known is None or known[0]() is not inner:
+            self._register(outer)
+            known = self._of[id(inner)]
+        return known[1], known[2] or type(inner).__name__
+
+    def qualifier(self, index: int) -> str:
+        """How a row names its model: '' for one unnamed model, else the given name, the class, or class#k."""
+        if index < 0 or (len(self.models) < 2 and self.models[index][1] is None):
+            return ""
+        cls, given = self.models[index]
+        if given is not None:
+            return given
+        same = [i for i, (c, _) in enumerate(self.models) if c == cls]
+        return cls if len(same) == 1 else f"{cls}#{same.index(index) + 1}"
 
 
 # --- compiled regions --------------------------------------------------------------------------
@@ -167,6 +207,7 @@ class CompiledRegions:
 
 @dataclass(frozen=True)
 class Site:
+    model: int  # the owner's index (-1: no module); rows qualify ``module`` by it when several models ran
     module: str
     site: str
     fn: str
@@ -178,10 +219,11 @@ class Site:
 class _Tally:
     """Running sums of one site, kept as tensors on the op's device (no host sync per op)."""
 
-    __slots__ = ("calls", "count", "saturated", "max_abs", "backward_calls", "backward_count", "zero_grad", "inputs")
+    __slots__ = ("calls", "count", "saturated", "max_abs", "backward_calls", "backward_count", "zero_grad", "inputs",
+                 "recomputed")
 
     def __init__(self) -> None:
-        self.calls = self.count = self.backward_calls = self.backward_count = 0
+        self.calls = self.count = self.backward_calls = self.backward_count = self.recomputed = 0
         self.saturated = self.max_abs = self.zero_grad = None
         self.inputs: list[torch.Tensor] = []
 
@@ -199,6 +241,7 @@ class SiteRow:
     path: str
     cap: float | None  # the divisor feeding the tanh (None: none seen, the tanh's own input)
     calls: int
+    recomputed: int  # forward calls replayed inside the backward (checkpointing): paired with it, not counted again
     count: int  # elements through the forward
     saturated: int  # stored output exactly ±1 (0 or 1 for the sigmoid)
     backward_count: int  # elements through the backward
@@ -220,9 +263,10 @@ class DeadZoneMonitor(TorchDispatchMode):
 
     supports_higher_order_operators = True  # flex_attention and friends pass through, counted as hidden
 
-    def __init__(self, keep_inputs: bool = False) -> None:
+    def __init__(self, keep_inputs: bool = False, models: dict[str, torch.nn.Module] | None = None) -> None:
         super().__init__()
         self.keep_inputs = keep_inputs
+        self._owners = Owners(models)
         self.higher_order: dict[str, int] = {}
         self._tallies: dict[Site, _Tally] = {}
         self._by_output: dict[int, Site] = {}  # forward output storage -> its site, for the backward
@@ -273,10 +317,14 @@ class DeadZoneMonitor(TorchDispatchMode):
         cap = None
         if fn == "tanh" and self._scaled is not None and self._scaled[:2] == (x.data_ptr(), tuple(x.shape)):
             cap = self._scaled[2]
-        module, where = call_site(sys._getframe(2))
-        site = Site(module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type, cap)
+        inner, outer, where = call_site(sys._getframe(2))
+        model, module = self._owners.owner(inner, outer)
+        site = Site(model, module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type, cap)
         tally = self._tallies.setdefault(site, _Tally())
         self._by_output[y.data_ptr()] = site
+        if recomputing():
+            tally.recomputed += 1
+            return
         tally.calls += 1
         tally.count += y.numel()
         if y.numel() == 0:
@@ -291,7 +339,7 @@ class DeadZoneMonitor(TorchDispatchMode):
     def _backward(self, fn: str, grad_output: torch.Tensor, output: torch.Tensor, grad_input: torch.Tensor) -> None:
         site = self._by_output.get(output.data_ptr())
         if site is None:  # its forward ran outside the monitor
-            site = Site("(forward not seen)", "(forward not seen)", fn, str(output.dtype).removeprefix("torch."),
+            site = Site(-1, "(forward not seen)", "(forward not seen)", fn, str(output.dtype).removeprefix("torch."),
                         output.device.type, None)
         tally = self._tallies.setdefault(site, _Tally())
         tally.backward_calls += 1
@@ -332,9 +380,10 @@ class DeadZoneMonitor(TorchDispatchMode):
             stack = first_zero(path, site.dtype, site.cap or 1.0, site.fn)
             saturated = 0 if t.saturated is None else int(t.saturated)
             largest = 0.0 if t.max_abs is None else float(t.max_abs)
+            qualifier = self._owners.qualifier(site.model)
             rows.append(SiteRow(
-                module=site.module, site=site.site, fn=site.fn, dtype=site.dtype, path=path, cap=site.cap,
-                calls=t.calls, count=t.count, saturated=saturated, backward_count=t.backward_count,
+                module=f"{qualifier}/{site.module}" if qualifier else site.module, site=site.site, fn=site.fn,
+                dtype=site.dtype, path=path, cap=site.cap, calls=t.calls, recomputed=t.recomputed, count=t.count, saturated=saturated, backward_count=t.backward_count,
                 zero_grad=None if t.backward_calls == 0 else int(t.zero_grad),
                 max_abs=largest if site.cap is None else site.cap * largest, max_abs_input=largest,
                 first_zero_grad_input=stack.value, source=stack.source,

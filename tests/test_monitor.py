@@ -208,3 +208,64 @@ def test_first_zero_from_the_real_stack_table_and_short_file():
     import transformers
 
     assert short_file(transformers.__file__) == "transformers/__init__.py"
+
+
+def _rows(monitor):
+    return {r.module: (r.count, r.backward_count, r.saturated, r.zero_grad, r.max_abs_input) for r in monitor.rows()}
+
+
+def _expected(capture, prefix=""):
+    return {f"{prefix}{m}": (n, n, s, z, largest) for m, (n, s, z, largest) in capture.brute_force().items()}
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_forward_counted_once_in_its_own_module(reentrant, monkeypatch):
+    """The replayed forward pairs with the backward that reads it, in the real module, and is not counted again."""
+    model = confident(tiny("gemma2")).train()
+    batch = ids()
+    with monkeypatch.context() as patch:
+        capture = Capture(model, patch)
+        _step(model, batch)
+    expected = _expected(capture)
+    model.zero_grad(set_to_none=True)
+    model.activation_checkpointing_enable({"use_reentrant": reentrant})
+    replayed = Capture(model, monkeypatch)
+    with DeadZoneMonitor() as monitor:
+        _step(model, batch)
+    assert len(replayed.calls) == len(capture.calls) + 2  # both layers' attention ran again in the backward
+    assert _rows(monitor) == expected
+    assert {r.module: r.recomputed for r in monitor.rows()} == {
+        "model.layers.0.self_attn": 1, "model.layers.1.self_attn": 1, "Gemma2ForCausalLM": 0}
+    assert sum(z for *_, z, _ in expected.values()) > 0
+
+
+def test_two_models_and_two_instances_get_their_own_rows(monkeypatch):
+    first, second = confident(tiny("gemma2")), confident(tiny("gemma2"), logits=40.0, queries=400.0)
+    batch = ids()
+    expected = {}
+    for name, model in (("Gemma2ForCausalLM#1", first), ("Gemma2ForCausalLM#2", second)):
+        with monkeypatch.context() as patch:
+            capture = Capture(model, patch)
+            _step(model, batch)
+        expected |= {f"{name}/{m}": v for m, v in _expected(capture).items()}
+        model.zero_grad(set_to_none=True)
+    with DeadZoneMonitor() as monitor:
+        _step(first, batch)
+        _step(second, batch)
+    assert _rows(monitor) == expected
+    assert expected["Gemma2ForCausalLM#1/Gemma2ForCausalLM"] != expected["Gemma2ForCausalLM#2/Gemma2ForCausalLM"]
+    with DeadZoneMonitor(models={"teacher": first}) as named:
+        _step(first, batch)
+    assert {r.module for r in named.rows()} == {"teacher/Gemma2ForCausalLM", "teacher/model.layers.0.self_attn",
+                                                 "teacher/model.layers.1.self_attn"}
+
+
+def test_autocast_counts_in_the_format_the_cap_ran(monkeypatch):
+    """An fp32 model under bf16 autocast: the caps run on bf16 matmul outputs; counts equal the brute force."""
+    model = confident(tiny("gemma2", dtype=torch.float32))
+    capture = Capture(model, monkeypatch)
+    with DeadZoneMonitor() as monitor, torch.autocast("cpu", dtype=torch.bfloat16):
+        _step(model, ids())
+    assert {x.dtype for _, x, _ in capture.calls} == {torch.bfloat16}
+    assert _rows(monitor) == _expected(capture)
+    assert {r.dtype for r in monitor.rows()} == {"bfloat16"} and sum(r.zero_grad for r in monitor.rows()) > 0
