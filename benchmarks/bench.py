@@ -231,7 +231,7 @@ def remedy() -> list[Figure]:
 def tether() -> list[Figure]:
     import torch
 
-    from softcapgrad.tether import FloorSchedule, TetherGate, tethergate_step, tethergate_step_per_gate
+    from softcapgrad.training.tether import FloorSchedule, TetherGate, tethergate_step, tethergate_step_per_gate
 
     gen = torch.Generator().manual_seed(0)
     s = torch.randn(32, 2048, 1024, generator=gen)
@@ -279,14 +279,17 @@ def dynamics() -> list[Figure]:
     import ml_dtypes
     import numpy as np
 
-    from softcapgrad.dynamics import Setting, descend_autograd, descend_by_table, headline, sweep
+    from softcapgrad.laws.dynamics import Backward, Setting, descend_autograd, descend_by_table, headline, sweep
+    from softcapgrad.training.remedy import softcap
+
+    REMEDY = Backward("remedy", softcap)
 
     s = Setting(cap=30.0)
     bf16 = np.dtype(ml_dtypes.bfloat16)
     start = np.array([110.0])  # the README's example: about 6,900 steps
     t = interleaved({
-        "table": lambda: descend_by_table(start, Setting(cap=30.0, lr=1.0 + 2**-20), True, bf16, "remedy"),  # a fresh table
-        "autograd": lambda: descend_autograd(start, s, True, bf16, "remedy"),
+        "table": lambda: descend_by_table(start, Setting(cap=30.0, lr=1.0 + 2**-20), True, bf16, REMEDY),  # a fresh table
+        "autograd": lambda: descend_autograd(start, s, True, bf16, REMEDY),
     }, repeat=1)
     t_default = interleaved({"default": lambda: headline(40.0, s)}, repeat=3)
     t_sweep = interleaved({"sweep": lambda: sweep([float(x) for x in range(10, 131, 10)], s)}, repeat=1)
@@ -303,7 +306,7 @@ def dynamics() -> list[Figure]:
 _MEMORY_PROBE = """
 import sys, threading, tracemalloc
 from pathlib import Path
-from softcapgrad import scan
+from softcapgrad.models import scan
 path = Path(sys.argv[1])
 zones = scan.dead_zones(["eager-bf16"], 30.0)
 def anon():
@@ -411,7 +414,7 @@ def _raw_torch(path: Path) -> None:
 
 
 def scan() -> list[Figure]:
-    from softcapgrad import scan as scanning
+    from softcapgrad.models import scan as scanning
 
     sizes = [int(x) for x in os.environ.get("BENCH_SCAN_MIB", "128,512,1024").split(",")]
     zones = scanning.dead_zones(["eager-bf16"], 30.0)
@@ -467,7 +470,7 @@ def tiny_gemma2_step(batch: int = 2, seq: int = 16) -> Callable[[], object]:
     """One forward and backward of a 2-layer Gemma 2 (hidden 64, vocab 256) in bf16: the tests' model."""
     import torch
 
-    from softcapgrad import audit
+    from softcapgrad.models import audit
 
     config = audit.model_type_config("gemma2", {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0})
     torch.manual_seed(0)

@@ -4,14 +4,20 @@
 (every tanh and sigmoid of a step, and where its gradient is exactly 0), and ``fp32_tanh_backward`` /
 ``patch`` (their derivative from the input in fp32, in someone else's model) are loaded on first use,
 so that importing the package does not import torch.
+
+The package is layered, each layer importing only those below it (tests/test_layers.py keeps it so):
+``core`` (report shape, input checks, files, progress, chunking) < ``laws`` (the documents' format
+arithmetic; numpy, ml_dtypes, mpmath) < ``training`` (what goes into a training loop; torch) <
+``stacks`` (the real backends, measured or recorded) and ``demos`` (the gate and TetherGate documents'
+demonstrations) < ``models`` (real models and files) < ``ledger`` (the claims and figures) < ``cli``.
 """
 
 __version__ = "0.1.0"
 
 __all__ = ["DeadZoneMonitor", "SoftCap", "fp32_tanh_backward", "patch", "softcap", "__version__"]
 
-_LAZY = {"softcap": "remedy", "SoftCap": "remedy", "DeadZoneMonitor": "monitor",
-         "fp32_tanh_backward": "fp32grad", "patch": "fp32grad"}
+_LAZY = {"softcap": "training.remedy", "SoftCap": "training.remedy", "DeadZoneMonitor": "stacks.watch",
+         "fp32_tanh_backward": "training.fp32grad", "patch": "training.fp32grad"}
 
 
 def __getattr__(name: str):

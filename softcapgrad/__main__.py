@@ -1,3 +1,3 @@
-from softcapgrad.cli import main
+from softcapgrad.cli.app import main
 
 main()

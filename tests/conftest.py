@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from softcapgrad.cli import app
+from softcapgrad.cli.app import app
 
 
 @pytest.fixture(scope="session")

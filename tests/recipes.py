@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from softcapgrad import formats
-from softcapgrad.backends import formula
-from softcapgrad.stacks import Sigmoid
+from softcapgrad.laws import formats
+from softcapgrad.stacks.runners import formula
+from softcapgrad.stacks.registry import Sigmoid
 
 
 @dataclass(frozen=True)

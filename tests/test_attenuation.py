@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from softcapgrad import attenuation
+from softcapgrad.laws import attenuation
 
 
 def test_closed_forms_match_autograd_to_a_few_ulps():

@@ -13,7 +13,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from softcapgrad import audit  # noqa: E402
+from softcapgrad.models import audit  # noqa: E402
 
 EAGER_SDPA = ("--attn", "eager", "--attn", "sdpa")
 GEMMA2 = ("--model-type", "gemma2", "--set", "final_logit_softcapping=30", "--set", "attn_logit_softcapping=50")
@@ -182,7 +182,7 @@ def test_output_is_deterministic(cli):
 
 def test_figure_draws_the_report(cli, tmp_path):
     pytest.importorskip("matplotlib")
-    from softcapgrad import figures
+    from softcapgrad.ledger import figures
 
     code, _, _, err = cli("audit-model", *GEMMA2, "--attn", "eager", "--scale-logits", "400", "--plot", str(tmp_path / "a.png"))
     assert code == 0, err

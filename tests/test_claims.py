@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from softcapgrad import claims
+from softcapgrad.ledger import claims
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_every_claim_has_its_expected_verdict_and_matches_the_committed_ledger()
 
 def test_the_committed_ledger_does_not_depend_on_the_cpu_vector_width():
     """ATen picks its vectorised kernels by CPU capability; the scalar ones must give the same ledger."""
-    code = ("import json; from softcapgrad.claims import evaluate; "
+    code = ("import json; from softcapgrad.ledger.claims import evaluate; "
             f"print(json.dumps([[getattr(o, k) for k in {LEDGER_KEYS!r}] for o in evaluate()]))")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

@@ -96,7 +96,7 @@ def test_module_entry_point_bad_input_has_no_traceback():
 def test_numpy_only_commands_do_not_import_torch():
     code = (
         "import sys\n"
-        "from softcapgrad.cli import main\n"
+        "from softcapgrad.cli.app import main\n"
         "sys.argv = ['softcapgrad', '{cmd}', '--json']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -190,7 +190,7 @@ def test_options_a_run_would_ignore_are_refused(cli, argv, option):
 
 
 def test_an_interrupt_is_one_line_and_leaves_no_file(cli, tmp_path, monkeypatch):
-    from softcapgrad import attenuation
+    from softcapgrad.laws import attenuation
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -206,7 +206,7 @@ def test_an_interrupt_is_one_line_and_leaves_no_file(cli, tmp_path, monkeypatch)
 def test_progress_reports_only_through_an_installed_reporter():
     from contextlib import contextmanager
 
-    from softcapgrad import progress
+    from softcapgrad.core import progress
 
     seen = []
     with progress.task("quiet", 3) as advance:  # nothing installed: a no-op

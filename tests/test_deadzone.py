@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from softcapgrad import deadzone, formats
+from softcapgrad.laws import horizon as horizon_law
+from softcapgrad.laws import knee as deadzone
+from softcapgrad.laws import formats
 
 mpmath.mp.prec = 200
 
@@ -91,7 +93,7 @@ def _brute_force_first_zero(c: float, dtype: torch.dtype) -> float:
 @pytest.mark.parametrize("c", [30.0, 50.0, 7.0])
 @pytest.mark.parametrize("name, tdtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_first_zero_gradient_against_brute_force(c, name, tdtype):
-    h = deadzone.horizon(c, formats.resolve(name), [])
+    h = horizon_law.horizon(c, formats.resolve(name), [])
     assert h.first_zero_grad_input == _brute_force_first_zero(c, tdtype)
     # it is within one input spacing of c·x_knee (the division a/c rounds in the format)
     below = formats.neighbours_below(formats.resolve(name), h.first_zero_grad_input, 2).astype(np.float64)
@@ -100,20 +102,20 @@ def test_first_zero_gradient_against_brute_force(c, name, tdtype):
 
 def test_probe_gradients_are_bit_exact_zero_past_the_horizon():
     for c in (30.0, 50.0):
-        probes = deadzone.horizon(c, formats.resolve("bf16"), [4 * c, 3 * c]).probes
+        probes = horizon_law.horizon(c, formats.resolve("bf16"), [4 * c, 3 * c]).probes
         assert probes[0]["grad_autograd"] == 0.0 and math.copysign(1, probes[0]["grad_autograd"]) == 1
         assert probes[1]["grad_autograd"] > 0  # 3c is inside the horizon
         assert probes[0]["grad_exact"] == pytest.approx(float(mpmath.sech(4) ** 2))
 
 
 def test_fp32_horizon_by_bisection_is_a_real_switch():
-    h = deadzone.horizon(30.0, np.dtype(np.float32), [])
+    h = horizon_law.horizon(30.0, np.dtype(np.float32), [])
     a = np.float32(h.first_zero_grad_input)
-    grads = deadzone.autograd_gradient(np.array([np.nextafter(a, np.float32(0)), a], dtype=np.float32), 30.0, np.dtype(np.float32))
+    grads = horizon_law.autograd_gradient(np.array([np.nextafter(a, np.float32(0)), a], dtype=np.float32), 30.0, np.dtype(np.float32))
     assert grads[0] > 0 and grads[1] == 0
 
 
 def test_approach_rows_end_at_the_first_zero():
-    rows = deadzone.approach(30.0, np.dtype(ml_dtypes.bfloat16), 104.0, 3)
+    rows = horizon_law.approach(30.0, np.dtype(ml_dtypes.bfloat16), 104.0, 3)
     assert [r["a"] for r in rows] == [102.5, 103.0, 103.5, 104.0]
     assert rows[-1]["grad_autograd"] == 0.0 and all(r["grad_autograd"] > 0 for r in rows[:-1])

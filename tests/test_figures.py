@@ -8,12 +8,14 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from softcapgrad import figures, formats  # noqa: E402
-from softcapgrad.attenuation import identity_report, ratchet_report  # noqa: E402
-from softcapgrad.deadzone import horizon_report, knee_report  # noqa: E402
-from softcapgrad.dynamics import Setting, dynamics_report  # noqa: E402
-from softcapgrad.gates import Config, Shape, gate_demo_report  # noqa: E402
-from softcapgrad.tether_demo import tether_demo_report  # noqa: E402
+from softcapgrad.laws import formats  # noqa: E402
+from softcapgrad.ledger import figures  # noqa: E402
+from softcapgrad.laws.attenuation import identity_report, ratchet_report  # noqa: E402
+from softcapgrad.laws.horizon import horizon_report  # noqa: E402
+from softcapgrad.laws.knee import knee_report  # noqa: E402
+from softcapgrad.laws.dynamics import Setting, dynamics_report  # noqa: E402
+from softcapgrad.demos.gates import Config, Shape, gate_demo_report  # noqa: E402
+from softcapgrad.demos.tether_demo import tether_demo_report  # noqa: E402
 
 
 def _png_size(path) -> tuple[int, int]:

@@ -4,7 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from softcapgrad import formats
+from softcapgrad.laws import formats
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import softcapgrad
-from softcapgrad import formats
-from softcapgrad.fp32grad import fp32_tanh_backward, patch
+from softcapgrad.laws import formats
+from softcapgrad.training.fp32grad import fp32_tanh_backward, patch
 
 
 def _every(dtype_name: str) -> torch.Tensor:
@@ -145,7 +145,7 @@ def test_patch_is_removable_and_refuses_twice():
 
 def test_public_names():
     assert softcapgrad.fp32_tanh_backward is fp32_tanh_backward and softcapgrad.patch is patch
-    from softcapgrad.monitor import DeadZoneMonitor
+    from softcapgrad.stacks.watch import DeadZoneMonitor
 
     assert softcapgrad.DeadZoneMonitor is DeadZoneMonitor
 
@@ -154,7 +154,7 @@ def test_public_names():
 
 transformers = pytest.importorskip("transformers")
 
-from softcapgrad import audit  # noqa: E402
+from softcapgrad.models import audit  # noqa: E402
 
 
 def _gemma2(dtype, **sets):

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from softcapgrad.cli import app
+from softcapgrad.cli.app import app
 
 EXAMPLES = int(os.environ.get("SOFTCAPGRAD_FUZZ_EXAMPLES", "12"))
 LIMIT_S = 60  # seconds per invocation on a 2-core machine; the defaults take a few

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from softcapgrad import formats, gates
+from softcapgrad.laws import formats
+from softcapgrad.demos import gates
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

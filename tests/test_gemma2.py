@@ -9,7 +9,8 @@ the same format and cap is compiled once and shared with the other tests.
 import numpy as np
 import pytest
 
-from softcapgrad import formats, stacks
+from softcapgrad.laws import formats
+from softcapgrad.stacks import registry as stacks
 
 BF16 = formats.resolve("bf16")
 POSITIVE = formats.positive_values(BF16)
@@ -19,7 +20,7 @@ EVERY = np.concatenate([-POSITIVE[::-1], np.zeros(1, dtype=BF16), POSITIVE])  # 
 @pytest.fixture(scope="module")
 def gemma():
     pytest.importorskip("transformers")
-    from softcapgrad import gemma2
+    from softcapgrad.models import gemma2
 
     model = gemma2.tiny_model()
     caps = model.config.final_logit_softcapping, model.config.attn_logit_softcapping

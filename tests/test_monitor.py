@@ -9,12 +9,15 @@ import torch
 
 pytest.importorskip("transformers")
 
-from softcapgrad import audit, deadzone  # noqa: E402
-from softcapgrad.monitor import DeadZoneMonitor, first_zero, short_file  # noqa: E402
+from softcapgrad.laws import horizon as horizon_law
+from softcapgrad.laws import knee as deadzone  # noqa: E402
+from softcapgrad.models import audit  # noqa: E402
+from softcapgrad.stacks.watch import DeadZoneMonitor, first_zero  # noqa: E402
+from softcapgrad.training.monitor import short_file  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 # the first bf16 input whose eager tanh is stored as ±1 (c = 1: the division is exact), found by autograd
-KNEE = deadzone.first_zero_gradient(1.0, BF16).first_true
+KNEE = horizon_law.first_zero_gradient(1.0, BF16).first_true
 
 MODELS = {  # model type -> --set fields; T5Gemma and VaultGemma carry caps 30 / 50 by default
     "gemma2": {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
@@ -113,7 +116,7 @@ def test_gemma2_sites_caps_formats_and_call_sites():
                                                    "Gemma2ForCausalLM": 30.0}
     for row in rows.values():
         assert row.dtype == "bfloat16" and row.path == "torch-eager-cpu" and row.calls == 1
-        assert row.first_zero_grad_input == deadzone.first_zero_gradient(row.cap, BF16).first_true
+        assert row.first_zero_grad_input == horizon_law.first_zero_gradient(row.cap, BF16).first_true
         # the call site is the line of transformers' Gemma 2 code that calls the tanh
         file, line = row.site.rsplit(":", 1)
         assert file == "transformers/models/gemma2/modeling_gemma2.py"
@@ -128,7 +131,7 @@ def test_gemma2_sites_caps_formats_and_call_sites():
 def test_report_prints_two_views_and_writes_one_table():
     import json
 
-    from softcapgrad.report import as_json
+    from softcapgrad.core.report import as_json
 
     model = confident(tiny("gemma2"))
     with DeadZoneMonitor() as monitor:
@@ -175,7 +178,7 @@ def test_sigmoid_counts_and_pairing():
 
 
 def first_zero_sigmoid_brute_force() -> float:
-    from softcapgrad import formats
+    from softcapgrad.laws import formats
 
     values = formats.positive_values(BF16)
     x = formats.to_torch(values, BF16).requires_grad_(True)

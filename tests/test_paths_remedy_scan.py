@@ -11,8 +11,13 @@ from safetensors.torch import save_file as save_pt
 
 import softcapgrad
 import recipes as paths
-from softcapgrad import formats, remedy, scan
-from softcapgrad.dynamics import Setting, descend_low_precision
+from softcapgrad.laws import formats
+from softcapgrad.training import remedy
+from softcapgrad.models import scan
+from softcapgrad.laws.dynamics import Backward, Setting, descend_low_precision
+from softcapgrad.training.remedy import softcap
+
+REMEDY = Backward("remedy", softcap)
 
 
 def _brute_force_first_zero(recipe: paths.Recipe, c: float) -> float:
@@ -108,7 +113,7 @@ def test_remedy_under_a_dispatch_mode_runs_the_formula():
     being built or looked up; TetherGate's chunked path steps aside the same way."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from softcapgrad.tether import TetherGate
+    from softcapgrad.training.tether import TetherGate
 
     class Seen(TorchDispatchMode):
         def __init__(self):
@@ -131,9 +136,9 @@ def test_remedy_under_a_dispatch_mode_runs_the_formula():
 def test_dynamics_remedy_converges_where_eager_stalls():
     s = Setting(cap=30.0)
     bf16 = np.dtype(ml_dtypes.bfloat16)
-    eager = descend_low_precision(np.array([110.0]), s, True, bf16, "eager")
-    remedy = descend_low_precision(np.array([110.0]), s, True, bf16, "remedy")
-    fp32 = descend_low_precision(np.array([110.0]), s, True, np.dtype(np.float32), "eager")
+    eager = descend_low_precision(np.array([110.0]), s, True, bf16)
+    remedy = descend_low_precision(np.array([110.0]), s, True, bf16, REMEDY)
+    fp32 = descend_low_precision(np.array([110.0]), s, True, np.dtype(np.float32))
     assert eager.status[0] == "stalled"
     assert remedy.status[0] == "converged" and fp32.status[0] == "converged"
     assert remedy.steps[0] == pytest.approx(fp32.steps[0], rel=0.02)

@@ -12,7 +12,9 @@ from safetensors.numpy import save_file as save_np
 from safetensors.torch import save_file as save_pt
 
 import recipes as paths
-from softcapgrad import formats, progress, scan
+from softcapgrad.laws import formats
+from softcapgrad.core import progress
+from softcapgrad.models import scan
 
 C = 30.0
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -58,7 +60,7 @@ def test_sigmoid_dead_zone_is_one_sided_and_its_negative_end_searched():
 
 
 def test_a_real_stacks_zone_feeds_the_scan():
-    from softcapgrad import stacks
+    from softcapgrad.stacks import registry as stacks
 
     zone = scan.from_stack(stacks.dead_zone("torch-eager-cpu", C, "bfloat16"))
     assert (zone.scores, zone.first_zero, zone.first_zero_below) == ("bfloat16", 104.0, -104.0)

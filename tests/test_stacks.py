@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 
 import recipes as paths
-from softcapgrad import formats, names, recorded, stacks
-from softcapgrad.checks import InputError
+from softcapgrad.laws import formats
+from softcapgrad.core import names
+from softcapgrad.stacks import recording as recorded
+from softcapgrad.stacks import registry as stacks
+from softcapgrad.core.checks import InputError
 
 BF16, FP32 = formats.resolve("bf16"), np.dtype(np.float32)
 REC = recorded.packaged()
@@ -123,7 +126,7 @@ def test_a_scaled_sigmoid_dies_on_one_side_only():
 
 
 def test_the_packaged_recording_round_trips_and_names_its_provenance():
-    text = files("softcapgrad").joinpath("data", recorded.PACKAGED).read_text(encoding="utf-8")
+    text = files("softcapgrad.stacks").joinpath("data", recorded.PACKAGED).read_text(encoding="utf-8")
     assert recorded.dumps(recorded.parse(text, "packaged")) == text
     assert {"torch", "cuda", "driver", "triton", "jax"} <= set(REC.versions)
     assert REC.device in REC.provenance and REC.date in REC.provenance
@@ -249,7 +252,9 @@ def test_knee_backends_include_the_stacks(cli):
 
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA device: records every CUDA stack live")
 def test_a_new_recording_on_cuda_covers_every_cuda_stack(tmp_path):
-    rec = recorded.measure()
+    from softcapgrad.models.record import measure
+
+    rec = measure()
     measured = {(r.path, r.scores) for r in rec.rows if r.site == recorded.FORMULA and r.cap is not None}
     for stack in stacks.STACKS.values():
         if stack.device == "cuda" and not stacks.runs_here(stack):

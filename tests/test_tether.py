@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from softcapgrad import chunks
-from softcapgrad.checks import InputError
-from softcapgrad.tether import FloorSchedule, TetherGate, floor_schedule, tethergate_step, tethergate_step_per_gate
-from softcapgrad.tether_demo import anchors, clamp_recovery, collapse, stability_boundary, steady_push
+from softcapgrad.core import chunks
+from softcapgrad.core.checks import InputError
+from softcapgrad.training.tether import FloorSchedule, TetherGate, floor_schedule, tethergate_step, tethergate_step_per_gate
+from softcapgrad.demos.tether_demo import anchors, clamp_recovery, collapse, stability_boundary, steady_push
 
 F32_EPS = torch.finfo(torch.float32).eps
 SLEEP = FloorSchedule("exp", ramp_start=10**9)  # F stays 1

@@ -22,11 +22,12 @@ import struct
 import sys
 from dataclasses import asdict, dataclass
 from functools import cache, lru_cache
+from typing import Callable
 
 import numpy as np
 
-from softcapgrad.report import Report, Table
-from softcapgrad.attenuation import sech2
+from softcapgrad.core.report import Report, Table
+from softcapgrad.laws.saturation import sech2
 
 
 @dataclass(frozen=True)
@@ -143,26 +144,43 @@ def descend(a0: np.ndarray, s: Setting, capped: bool) -> Runs:
         )
 
 
-def _capped_loss(x, s: Setting, capped: bool, backward: str):
+def eager_cap(x, c: float):
+    """z = c·tanh(x/c) op by op in x's format, autograd's own backward."""
+    import torch
+
+    return c * torch.tanh(x / c)
+
+
+@dataclass(frozen=True)
+class Backward:
+    """The cap as a low-precision step computes it: a name for reports and z = cap(x, c) in torch.
+
+    The default is autograd's own; a caller that owns another (the remedy, softcapgrad.softcap) passes
+    it in as ``Backward("remedy", softcap)``.
+    """
+
+    name: str
+    cap: Callable = eager_cap
+
+
+EAGER = Backward("eager")
+
+
+def _capped_loss(x, s: Setting, capped: bool, backward: Backward):
     """The step's forward from the logit x (in its format): margin z − ln(rest) in fp32, and the loss."""
     import torch
 
-    from softcapgrad.remedy import softcap
-
-    if not capped:
-        z = x
-    else:
-        z = softcap(x, s.cap) if backward == "remedy" else s.cap * torch.tanh(x / s.cap)
+    z = backward.cap(x, s.cap) if capped else x
     margin = z.float() - s.log_rest
     return margin, torch.nn.functional.softplus(margin).sum()  # −log(1 − p) = CE on the correct class + const
 
 
-def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: str = "eager") -> Runs:
+def descend_low_precision(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: Backward = EAGER) -> Runs:
     """Mixed precision: fp32 master a; the cap forward and backward in ``dtype`` by torch autograd.
 
     The loss (softmax cross-entropy) is taken in fp32 from the low-precision logit. A start whose
     gradient is exactly 0 while p ≥ threshold can never move again: it is 'stalled'. With
-    ``backward="remedy"`` the cap is ``softcapgrad.softcap``: same forward, fp32 sech² backward.
+    ``Backward("remedy", softcapgrad.softcap)`` the cap has the same forward and an fp32 sech² backward.
     16-bit formats run from a table of every value's step (:func:`descend_by_table`), wider ones
     step by step (:func:`descend_autograd`).
     """
@@ -184,7 +202,7 @@ class _Steps:
 
 
 @cache
-def _steps(s: Setting, capped: bool, dtype_name: str, backward: str) -> _Steps:
+def _steps(s: Setting, capped: bool, dtype_name: str, backward: Backward) -> _Steps:
     """One autograd call over every value of the format: the step each value would take."""
     import torch
 
@@ -217,7 +235,7 @@ def _steps(s: Setting, capped: bool, dtype_name: str, backward: str) -> _Steps:
 _F32 = struct.Struct("<f")
 
 
-def descend_by_table(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: str = "eager") -> Runs:
+def descend_by_table(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: Backward = EAGER) -> Runs:
     """:func:`descend_autograd` for a 16-bit format, with the same arithmetic and bit-identical steps.
 
     Each step depends only on the value the fp32 master rounds to, so one autograd call over all
@@ -264,7 +282,7 @@ def descend_by_table(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: 
         )
 
 
-def descend_autograd(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: str = "eager") -> Runs:
+def descend_autograd(a0: np.ndarray, s: Setting, capped: bool, dtype, backward: Backward = EAGER) -> Runs:
     """:func:`descend_low_precision` one autograd call per step, all starts at once (any format)."""
     import torch
 
@@ -331,7 +349,7 @@ def integral_steps(a0: float, s: Setting, capped: bool, points: int = 400_001) -
     return float(np.trapezoid(1.0 / g, a))
 
 
-def run(a0: np.ndarray, s: Setting, capped: bool, dtype=None, backward: str = "eager") -> Runs:
+def run(a0: np.ndarray, s: Setting, capped: bool, dtype=None, backward: Backward = EAGER) -> Runs:
     if dtype is None or np.dtype(dtype) == np.float64:
         return descend(a0, s, capped)
     return descend_low_precision(a0, s, capped, dtype, backward)
@@ -364,7 +382,7 @@ class Headline:
 
 
 @lru_cache(maxsize=32)  # the ledger and make reproduce's figure ask for the same runs
-def headline(a0: float, s: Setting, dtype=None, backward: str = "eager") -> tuple[Headline, Runs, Runs]:
+def headline(a0: float, s: Setting, dtype=None, backward: Backward = EAGER) -> tuple[Headline, Runs, Runs]:
     capped = run(np.array([a0]), s, True, dtype, backward)
     uncapped = run(np.array([a0]), s, False, dtype)
     i_capped, i_uncapped = integral_steps(a0, s, True), integral_steps(a0, s, False)
@@ -384,7 +402,7 @@ def headline(a0: float, s: Setting, dtype=None, backward: str = "eager") -> tupl
     )
 
 
-def sweep(a0s: list[float], s: Setting, dtype=None, backward: str = "eager") -> list[dict]:
+def sweep(a0s: list[float], s: Setting, dtype=None, backward: Backward = EAGER) -> list[dict]:
     starts = np.asarray(a0s, dtype=np.float64)
     capped, uncapped = run(starts, s, True, dtype, backward), run(starts, s, False, dtype)
     return [
@@ -427,8 +445,8 @@ def unreachable_threshold(s: Setting) -> str | None:
 
 
 def dynamics_answer(a0: float, s: Setting, name: str, head: Headline, capped: Runs, sweep_rows: list[dict] | None,
-                    backward: str) -> tuple[str, ...]:
-    setting = f"c = {s.cap:g}, lr = {s.lr:g}, {name}" + (", remedy backward" if backward == "remedy" else "")
+                    backward: Backward) -> tuple[str, ...]:
+    setting = f"c = {s.cap:g}, lr = {s.lr:g}, {name}" + ("" if backward.name == "eager" else f", {backward.name} backward")
     if head.status == "stalled":
         first = (f"Starting from pre-cap a0 = {a0:g} ({setting}) the wrong logit never moves: the gradient through the "
                  f"cap is exactly 0 there in {name}, so gradient descent stalls at step 0.")
@@ -460,8 +478,8 @@ def dynamics_answer(a0: float, s: Setting, name: str, head: Headline, capped: Ru
     return tuple(sentences)
 
 
-def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None, backward: str = "eager") -> Report:
-    from softcapgrad.checks import InputError
+def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None, backward: Backward = EAGER) -> Report:
+    from softcapgrad.core.checks import InputError
 
     why = unreachable_threshold(s)
     if why:
@@ -487,11 +505,11 @@ def dynamics_report(a0: float, s: Setting, dtype, sweep_a0: list[float] | None, 
             "; the threshold needs a logit below −c, which the cap never reaches" if end_point(s, True) is None else ""))
     if dtype is not None and name != "float64":
         notes.append(f"{name}: fp32 master value; cap forward and backward in {name}; 'stalled' = gradient exactly 0")
-        if backward == "remedy":
+        if backward.name == "remedy":
             notes.append("backward=remedy: softcapgrad.softcap, the cap's gradient recomputed as sech²(a/c) in fp32 from the input")
     return Report(
         command="dynamics",
-        params={"a0": a0, "dtype": name, "backward": backward, **asdict(s), "sweep": sweep_a0},
+        params={"a0": a0, "dtype": name, "backward": backward.name, **asdict(s), "sweep": sweep_a0},
         tables=tuple(tables),
         notes=tuple(notes),
         figures={k: getattr(head, k) for k in ("status", "steps_capped", "steps_uncapped", "ratio", "pointwise_factor")},

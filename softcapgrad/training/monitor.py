@@ -37,12 +37,13 @@ import os
 import sys
 import weakref
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from softcapgrad.report import Report, Table, render_table
+from softcapgrad.core.report import Report, Table, render_table
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -57,26 +58,22 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _CALL = torch.nn.Module._call_impl.__code__
 
 
-# --- the real-stack table ----------------------------------------------------------------------
+# --- where a path's gradient dies: looked up by the caller ------------------------------------
 
 
-def first_zero(path: str, scores: str, c: float, fn: str = "tanh"):
-    """The first zero-gradient input of ``c·tanh(a/c)`` (of ``σ(x)`` for ``fn="sigmoid"``) on a real stack.
+@dataclass(frozen=True)
+class FirstZero:
+    """A path's first zero-gradient input for one format and cap, and where that figure comes from."""
 
-    From ``softcapgrad.stacks`` (measured here, or recorded on another device); a ``StackResult``
-    with ``source="not measured"`` where the table has no such stack or format.
-    """
-    from softcapgrad import stacks
-    from softcapgrad.checks import InputError
+    value: float | None
+    source: str
 
-    name = path if fn == "tanh" else f"{path}-sigmoid"
-    if name not in stacks.STACKS:
-        return stacks.StackResult(name, scores, c, None, None, "not measured", f"the real-stack table has no {name}")
-    sigmoid = stacks.Sigmoid(m=1.0, s=1.0) if fn == "sigmoid" else stacks.Sigmoid()
-    try:
-        return stacks.first_zero(name, scores, c, sigmoid)
-    except InputError as err:  # a format the stack does not take
-        return stacks.StackResult(name, scores, c, None, None, "not measured", str(err))
+
+FirstZeroLookup = Callable[[str, str, float, str], FirstZero]  # (path, scores format, c, fn)
+
+
+def no_lookup(path: str, scores: str, c: float, fn: str = "tanh") -> FirstZero:
+    return FirstZero(None, "not looked up")
 
 
 def path_name(device: str, compiled: bool = False) -> str:
@@ -257,15 +254,19 @@ class DeadZoneMonitor(TorchDispatchMode):
     """Wrap a forward and backward; ``rows()`` / ``report()`` give one row per module, call site and format.
 
     ``keep_inputs=True`` also keeps a CPU fp32 copy of every tanh / sigmoid input (for audits that
-    compare them with other paths' horizons). Nothing in the monitored code changes: forward and
-    backward values are bit-identical with and without it.
+    compare them with other paths' horizons). ``first_zero(path, scores, c, fn)`` gives each row its
+    path's first zero-gradient input; ``softcapgrad.DeadZoneMonitor`` looks it up in the real-stack
+    table (softcapgrad.stacks.watch). Nothing in the monitored code changes: forward and backward
+    values are bit-identical with and without it.
     """
 
     supports_higher_order_operators = True  # flex_attention and friends pass through, counted as hidden
 
-    def __init__(self, keep_inputs: bool = False, models: dict[str, torch.nn.Module] | None = None) -> None:
+    def __init__(self, keep_inputs: bool = False, first_zero: FirstZeroLookup = no_lookup,
+                 models: dict[str, torch.nn.Module] | None = None) -> None:
         super().__init__()
         self.keep_inputs = keep_inputs
+        self.first_zero = first_zero
         self._owners = Owners(models)
         self.higher_order: dict[str, int] = {}
         self._tallies: dict[Site, _Tally] = {}
@@ -377,7 +378,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         rows = []
         for site, t in self._tallies.items():
             path = path_name(site.device)
-            stack = first_zero(path, site.dtype, site.cap or 1.0, site.fn)
+            stack = self.first_zero(path, site.dtype, site.cap or 1.0, site.fn)
             saturated = 0 if t.saturated is None else int(t.saturated)
             largest = 0.0 if t.max_abs is None else float(t.max_abs)
             qualifier = self._owners.qualifier(site.model)

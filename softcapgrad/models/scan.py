@@ -35,10 +35,11 @@ from typing import Callable, Iterator
 import ml_dtypes
 import numpy as np
 
-from softcapgrad import formats, progress
-from softcapgrad.attenuation import sech2
-from softcapgrad.checks import InputError
-from softcapgrad.files import readable_file
+from softcapgrad.laws import formats
+from softcapgrad.core import progress
+from softcapgrad.laws.saturation import sech2
+from softcapgrad.core.checks import InputError
+from softcapgrad.core.files import readable_file
 
 KINDS = (".npy", ".pt", ".safetensors")
 CHUNK = 1 << 18  # values per read
@@ -75,7 +76,7 @@ class DeadZone:
 def dead_zones(names: list[str], c: float, scores: str | None = None) -> list[DeadZone]:
     """Both ends of each real stack's dead zone at cap c (``stacks.dead_zone``): an old recipe name fixes the
     scores format, a stack takes ``scores`` (default: its first format). Live stacks search the negative side too."""
-    from softcapgrad import stacks
+    from softcapgrad.stacks import registry as stacks
 
     return [from_stack(stacks.dead_zone(name, c, scores), name) for name in names]
 
@@ -83,7 +84,7 @@ def dead_zones(names: list[str], c: float, scores: str | None = None) -> list[De
 def from_stack(zone, label: str | None = None) -> DeadZone:
     """A ``stacks.DeadZone`` (a real stack's zone, measured or recorded) as the scan's: a side it
     does not know (None) counts nothing. ``label``: the name the user gave (an old recipe name keeps it)."""
-    from softcapgrad.stacks import ALIASES
+    from softcapgrad.stacks.registry import ALIASES
 
     name = label.strip().lower() if label and label.strip().lower() in ALIASES else zone.path
     return DeadZone(name, zone.scores, math.inf if zone.above is None else zone.above,
@@ -616,7 +617,7 @@ def scan_answer(path: Path, c: float, scans: list[Scan], zones: list[DeadZone]) 
 
 def scan_report(path: Path, c: float, path_names: list[str], keys: list[str] | None, stored_as: str | None = None,
                 scores: str | None = None):
-    from softcapgrad.report import Report, Table
+    from softcapgrad.core.report import Report, Table
 
     sources = select(open_sources(path, stored_as), keys, path)
     zones = dead_zones(path_names, c, scores)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch.overrides import TorchFunctionMode
 
-from softcapgrad.remedy import every_value, fast_path, lookup_backward, sech2_fp32
+from softcapgrad.training.remedy import every_value, fast_path, lookup_backward, sech2_fp32
 
 LOW = (torch.bfloat16, torch.float16)
 

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from softcapgrad.checks import InputError
+from softcapgrad.core.checks import InputError
 
 
 def readable_file(path: Path, kinds: tuple[str, ...], option: str = "") -> str:

@@ -15,7 +15,7 @@ from decimal import Decimal
 from functools import cache
 from typing import Callable
 
-from softcapgrad.report import Report, Table
+from softcapgrad.core.report import Report, Table
 
 SOFTCAP_DOC = "softcapgrad.md"
 GATES_DOC = "softmax-softplus-gates.md"
@@ -68,59 +68,60 @@ class Claim:
 
 @cache
 def _identity():
-    from softcapgrad.attenuation import check_identity
+    from softcapgrad.laws.attenuation import check_identity
 
     return check_identity(30.0, 2_000_000)
 
 
 def _attenuation(multiple: float) -> float:
-    from softcapgrad.attenuation import attenuation_table
+    from softcapgrad.laws.attenuation import attenuation_table
 
     return attenuation_table([multiple])[0].attenuation
 
 
 def _asymptote_rel_error(multiple: float) -> float:
-    from softcapgrad.attenuation import attenuation_table
+    from softcapgrad.laws.attenuation import attenuation_table
 
     return attenuation_table([multiple])[0].asymptote_rel_error
 
 
 def _ratchet(f: float, c: float = 30.0) -> float:
-    from softcapgrad.attenuation import ratchet
+    from softcapgrad.laws.attenuation import ratchet
 
     return ratchet(c, [f])[0].a
 
 
 def _facts(name: str):
-    from softcapgrad import formats
+    from softcapgrad.laws import formats
 
     return formats.facts(formats.resolve(name))
 
 
 def _knee_exact(name: str) -> float:
-    from softcapgrad.deadzone import knee_exact
+    from softcapgrad.laws.saturation import knee_exact
 
     return knee_exact(_facts(name).spacing_below_one)
 
 
 def _knee_doc(name: str) -> float:
-    from softcapgrad.deadzone import knee_doc_formula
+    from softcapgrad.laws.saturation import knee_doc_formula
 
     return knee_doc_formula(_facts(name).mantissa_bits)
 
 
 @cache
 def _backend_first_saturating(name: str, backend: str) -> float:
-    from softcapgrad import formats
-    from softcapgrad.deadzone import backend_knee
+    from softcapgrad.laws import formats
+    from softcapgrad.laws.knee import backend_knee
+    from softcapgrad.stacks.knees import stack_knee
 
-    return backend_knee(formats.resolve(name), backend, []).first_saturating_input
+    return backend_knee(formats.resolve(name), backend, [], "tanh", stack_knee).first_saturating_input
 
 
 @cache
 def _horizon(c: float, name: str = "bf16"):
-    from softcapgrad import formats
-    from softcapgrad.deadzone import horizon
+    from softcapgrad.laws import formats
+    from softcapgrad.laws.horizon import horizon
 
     return horizon(c, formats.resolve(name), [4.0 * c])
 
@@ -132,7 +133,7 @@ _FP32_STACKS = ("torch-compile-cpu", "torch-compile-cpu-scalar", "jax-jit-cpu",
 
 @cache
 def _fp32_stack_knees() -> dict:
-    from softcapgrad.stacks import knee
+    from softcapgrad.stacks.registry import knee
 
     return {path: knee(path, "float32") for path in _FP32_STACKS}
 
@@ -186,7 +187,7 @@ def _why_horizon(c: float) -> Callable[[], str]:
 
 @cache
 def _dynamics_default():
-    from softcapgrad.dynamics import Setting, headline
+    from softcapgrad.laws.dynamics import Setting, headline
 
     return headline(40.0, Setting(cap=30.0))[0]
 
@@ -199,7 +200,7 @@ def _why_dynamics() -> str:
 
 @cache
 def _gates(section: str):
-    from softcapgrad import gates
+    from softcapgrad.demos import gates
 
     if section == "competition":
         return gates.competition([1.0, 2.0, 3.0], 2, 1.0)
@@ -213,7 +214,7 @@ def _gates(section: str):
 
 
 def _softplus0() -> float:
-    from softcapgrad import gates
+    from softcapgrad.demos import gates
 
     return gates.softplus_at(0.0)
 
@@ -230,14 +231,14 @@ def _identity_claim(key: str, label: str) -> Claim:
 
 @cache
 def _push() -> dict[tuple[float, float], dict]:
-    from softcapgrad import tether_demo
+    from softcapgrad.demos import tether_demo
 
     return {(r["lr"], r["wd"]): r for r in tether_demo.steady_push(tether_demo.PUSH_LRS, tether_demo.PUSH_WDS)}
 
 
 def _shift(wd: float) -> float:
     """The measured gate-argument shift at the smallest lr of the sweep."""
-    from softcapgrad import tether_demo
+    from softcapgrad.demos import tether_demo
 
     return _push()[(min(tether_demo.PUSH_LRS), wd)]["shift"]
 
@@ -248,7 +249,7 @@ def _lr_spread(wd: float) -> float:
 
 
 def _stability_boundary() -> float:
-    from softcapgrad.tether_demo import stability_boundary
+    from softcapgrad.demos.tether_demo import stability_boundary
 
     return stability_boundary()
 
@@ -374,7 +375,7 @@ def judged_precision(value: float, tolerance: float) -> float:
 
 def select(only: str | None) -> tuple[Claim, ...]:
     """The claims whose id matches ``only`` (all when None); a bad or empty selection is the user's error."""
-    from softcapgrad.checks import InputError
+    from softcapgrad.core.checks import InputError
 
     if only is None:
         return CLAIMS
@@ -466,15 +467,15 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
     """
     from pathlib import Path
 
-    from softcapgrad.files import writable_folder, write_atomic
-    from softcapgrad.report import as_json
+    from softcapgrad.core.files import writable_folder, write_atomic
+    from softcapgrad.core.report import as_json
 
     out = Path(out)
     chosen = select(only)
     writable_folder(out, "--out")
     partial = len(chosen) < len(CLAIMS)
     if figures and not partial:
-        from softcapgrad.figures import _plt
+        from softcapgrad.ledger.figures import _plt
 
         _plt()
     outcomes = evaluate(chosen)
@@ -485,7 +486,7 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
         files[out / "claims.md"] = markdown(outcomes)
         files[out / "claims.raw.json"] = raw_values(outcomes)
     if figures and not partial:
-        from softcapgrad.figures import reproduce_figures
+        from softcapgrad.ledger.figures import reproduce_figures
 
         files.update({out / "figures" / name: data for name, data in reproduce_figures().items()})
     for path, data in files.items():

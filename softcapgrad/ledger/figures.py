@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from softcapgrad.checks import InputError
-from softcapgrad.files import write_atomic
-from softcapgrad.report import Report
+from softcapgrad.core.checks import InputError
+from softcapgrad.core.files import write_atomic
+from softcapgrad.core.report import Report
 
 SIZE = (8.0, 4.5)
 DPI = 100
@@ -264,12 +264,13 @@ def reproduce_figures() -> dict[str, bytes]:
     """Every figure `make reproduce` regenerates, as PNG bytes by file name, each from the report its table would print."""
     import numpy as np
 
-    from softcapgrad import formats
-    from softcapgrad.attenuation import identity_report, ratchet_report
-    from softcapgrad.deadzone import BACKENDS, horizon_report, knee_report
-    from softcapgrad.dynamics import Setting, dynamics_report
-    from softcapgrad.gates import Config, Shape, gate_demo_report
-    from softcapgrad.tether_demo import tether_demo_report
+    from softcapgrad.laws import formats
+    from softcapgrad.laws.attenuation import identity_report, ratchet_report
+    from softcapgrad.laws.horizon import horizon_report
+    from softcapgrad.laws.knee import BACKENDS, knee_report
+    from softcapgrad.laws.dynamics import Setting, dynamics_report
+    from softcapgrad.demos.gates import Config, Shape, gate_demo_report
+    from softcapgrad.demos.tether_demo import tether_demo_report
 
     starts = [float(x) for x in range(10, 131, 10)]
     setting = Setting(cap=30.0)
@@ -289,7 +290,7 @@ def reproduce_figures() -> dict[str, bytes]:
     except ImportError:
         pass
     else:
-        from softcapgrad.audit import example_report
+        from softcapgrad.models.audit import example_report
 
         figs["audit.png"] = audit_figure(example_report())
     return {name: png_bytes(fig) for name, fig in figs.items()}

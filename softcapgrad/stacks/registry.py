@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softcapgrad import formats, recorded
-from softcapgrad.checks import InputError, suggestion
+from softcapgrad.laws import formats
+from softcapgrad.stacks import recording as recorded
+from softcapgrad.core.checks import InputError, suggestion
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def runs_here(stack: Stack) -> str:
             except ImportError:
                 return "triton is not installed"
     if stack.engine == "torch-compile" and stack.device == "cpu":
-        from softcapgrad.backends import vector_simdlen
+        from softcapgrad.stacks.runners import vector_simdlen
 
         if vector_simdlen() is None:
             return "inductor has no vector ISA on this CPU (see torch-compile-cpu-scalar)"
@@ -182,7 +183,7 @@ def _where(stack: Stack) -> str:
 
         return f"measured on {torch.cuda.get_device_name()}"
     if stack.engine == "torch-compile":
-        from softcapgrad.backends import cpu_capability, vector_simdlen
+        from softcapgrad.stacks.runners import cpu_capability, vector_simdlen
 
         return f"measured on this CPU ({cpu_capability()}, inductor vector width {vector_simdlen()} bits)"
     return "measured on this CPU"
@@ -193,7 +194,7 @@ def _simd(stack: Stack) -> int | None:
     if stack.engine == "torch-compile-scalar":
         return 1
     if stack.engine == "torch-compile" and stack.device == "cpu":
-        from softcapgrad.backends import vector_simdlen
+        from softcapgrad.stacks.runners import vector_simdlen
 
         return vector_simdlen()
     return None
@@ -201,7 +202,7 @@ def _simd(stack: Stack) -> int | None:
 
 def gradient(stack: Stack, values: np.ndarray, dtype: np.dtype, c: float, sigmoid: Sigmoid = Sigmoid()) -> np.ndarray:
     """d/da of the stack's cap over ``values`` of ``dtype``, live (the stack must run here)."""
-    from softcapgrad import backends
+    from softcapgrad.stacks import runners as backends
 
     dev, engine = stack.device, stack.engine
     if engine in ("torch-eager", "torch-compile", "torch-compile-scalar"):
@@ -217,7 +218,7 @@ def gradient(stack: Stack, values: np.ndarray, dtype: np.dtype, c: float, sigmoi
 
 def saturates(stack: Stack, values: np.ndarray, dtype: np.dtype, fn: str = "tanh") -> np.ndarray:
     """Whether the stack's tanh (sigmoid) returns exactly 1.0 for each value, live."""
-    from softcapgrad import backends
+    from softcapgrad.stacks import runners as backends
 
     if stack.library == "jax":
         return backends.jax_saturates(values, dtype, fn, jit=stack.engine == "jax-jit",

@@ -15,13 +15,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from softcapgrad.report import Report, Table
-
-
-def sech2(x: np.ndarray) -> np.ndarray:
-    """sech²(x) = 1/cosh²(x); 0 once cosh overflows."""
-    with np.errstate(over="ignore"):
-        return 1.0 / np.cosh(x) ** 2
+from softcapgrad.core.report import Report, Table
+from softcapgrad.laws.saturation import knee_exact, sech2
 
 
 def attenuation_from_output(z: np.ndarray, c: float) -> np.ndarray:
@@ -123,8 +118,7 @@ def attenuation_curve(stop: float = 10.0, n: int = 401) -> list[dict]:
 
 def format_horizons(names: tuple[str, ...] = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")) -> list[dict]:
     """Where each format's tanh saturates, a/c = atanh(1 − ε₋/2), for marking on the attenuation curve."""
-    from softcapgrad import formats
-    from softcapgrad.deadzone import knee_exact
+    from softcapgrad.laws import formats
 
     return [{"dtype": n, "a_over_c": knee_exact(formats.facts(formats.resolve(n)).spacing_below_one)} for n in names]
 

@@ -14,41 +14,18 @@ so for z = c·tanh(a/c) the pre-cap horizon is a = c·x_knee.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import numpy as np
 
-from softcapgrad import formats
-from softcapgrad.formats import Switch
-from softcapgrad.report import Report, Table
-from softcapgrad.names import KNEE_FUNCTIONS as FUNCTIONS
+from softcapgrad.laws import formats
+from softcapgrad.laws.formats import Switch
+from softcapgrad.laws.horizon import first_zero_in_format
+from softcapgrad.laws.saturation import knee_doc_formula, knee_exact, knee_spacing
+from softcapgrad.core.report import Report, Table
 
 BACKENDS = ("exact", "numpy", "torch")
-
-
-def knee_doc_formula(p: int) -> float:
-    """(ln2/2)(p + 2): the document's analytic knee."""
-    return math.log(2.0) / 2.0 * (p + 2)
-
-
-def knee_spacing(epsneg: float, fn: str = "tanh") -> float:
-    """From the tail 1 − f(x) reaching half the real spacing below 1.0, ε₋/2.
-
-    tanh: 1 − tanh(x) ≈ 2e^{−2x}, so ½·ln(4/ε₋); sigmoid: 1 − σ(x) ≈ e^{−x}, so ln(2/ε₋).
-    """
-    return 0.5 * math.log(4.0 / epsneg) if fn == "tanh" else math.log(2.0 / epsneg)
-
-
-def knee_exact(epsneg: float, fn: str = "tanh") -> float:
-    """The smallest real x whose f(x) rounds to 1.0: f⁻¹(1 − ε₋/2), float64-accurate.
-
-    tanh: atanh(1 − h) = ½·ln((2 − h)/h); sigmoid: logit(1 − h) = ln((1 − h)/h); h = ε₋/2.
-    """
-    h = epsneg / 2.0
-    if fn == "tanh":
-        return 0.5 * (math.log(2.0 - h) - math.log(h))
-    return math.log1p(-h) - math.log(h)
 
 
 def _exceeds(values: np.ndarray, epsneg: float, fn: str) -> np.ndarray:
@@ -113,26 +90,16 @@ class BackendKnee:
     source: str = "measured"  # or "recorded on <device>", "not measured"
 
 
-def stack_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "tanh") -> BackendKnee:
-    """A real stack's knee (stacks.py): live where it runs here, else recorded, else not measured."""
-    from softcapgrad import stacks
-
-    stack = stacks.STACKS[backend]
-    if dtype.name not in stack.formats:
-        return BackendKnee(dtype.name, backend, fn, False, source="not measured",
-                           reason=f"{backend} takes {', '.join(stack.formats)}")
-    r = stacks.knee(backend, dtype.name, fn)
-    found = r.source != "not measured"
-    return BackendKnee(
-        dtype=dtype.name, backend=backend, fn=fn, supported=found, first_saturating_input=r.value,
-        monotone=r.monotone, method=r.reason if found else "", reason="" if found else r.reason,
-        horizons=[{"cap": c, "horizon": None if r.value is None else c * r.value} for c in caps],
-        saturated_run_start=r.saturated_run_start, source=r.source,
-    )
+StackKnee = Callable[[np.dtype, str, list[float], str], BackendKnee]
 
 
-def backend_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "tanh") -> BackendKnee:
+def backend_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "tanh",
+                 stack_knee: StackKnee | None = None) -> BackendKnee:
+    """Where ``backend`` first stores f(x) as 1.0 in ``dtype``: searched here for the format-level backends
+    (exact, numpy, torch); a real stack's answer comes from ``stack_knee`` (softcapgrad.stacks.knees)."""
     if backend not in BACKENDS:
+        if stack_knee is None:
+            raise ValueError(f"{backend} is a real stack: its knee needs stack_knee")
         return stack_knee(dtype, backend, caps, fn)
     try:
         predicate = saturation_predicate(backend, dtype, fn)
@@ -192,117 +159,7 @@ def knee(dtype: np.dtype, caps: list[float], fn: str = "tanh") -> tuple[Knee, Ba
     return row, search
 
 
-# --- the gradient through the cap, as autograd computes it in a format ---------------------
-
-
-def autograd_gradient(a: np.ndarray, c: float, dtype: np.dtype) -> np.ndarray:
-    """d/da of c·tanh(a/c) by torch autograd, every op in ``dtype``; returned as float64."""
-    import torch
-
-    t = formats.to_torch(a, dtype).requires_grad_(True)
-    z = c * torch.tanh(t / c)
-    (grad,) = torch.autograd.grad(z.sum(), t)  # a scalar: an explicit grad_outputs makes torch import sympy
-    return grad.double().numpy()
-
-
-def first_zero_gradient(c: float, dtype: np.dtype) -> Switch:
-    """The first input of the format whose autograd gradient through the cap is exactly 0."""
-    return formats.find_switch(dtype, lambda v: autograd_gradient(v, c, dtype) == 0.0)
-
-
-def exact_gradient(a: np.ndarray, c: float) -> np.ndarray:
-    from softcapgrad.attenuation import sech2
-
-    return sech2(np.asarray(a, dtype=np.float64) / c)
-
-
-@dataclass(frozen=True)
-class Horizon:
-    cap: float
-    dtype: str
-    horizon: float  # c·x_knee, a real number
-    first_zero_grad_input: float | None
-    monotone: bool
-    probes: list[dict]  # {"a", "a_stored", "grad_autograd", "grad_exact"}
-    fp32_horizon: float
-    fp32_first_zero_grad_input: float | None
-
-
-def probe(a_values: list[float], c: float, dtype: np.dtype) -> list[dict]:
-    stored = np.asarray(a_values, dtype=np.float64).astype(dtype)
-    grads = autograd_gradient(stored, c, dtype)
-    exact = exact_gradient(stored.astype(np.float64), c)
-    return [
-        {"a": float(a), "a_stored": float(s), "grad_autograd": float(g), "grad_exact": float(e)}
-        for a, s, g, e in zip(a_values, stored.astype(np.float64), grads, exact)
-    ]
-
-
-def horizon(c: float, dtype: np.dtype, probes: list[float]) -> Horizon:
-    f32 = np.dtype(np.float32)
-    zero = first_zero_gradient(c, dtype)
-    zero32 = zero if dtype == f32 else first_zero_gradient(c, f32)
-    return Horizon(
-        cap=c,
-        dtype=dtype.name,
-        horizon=c * knee_exact(formats.facts(dtype).spacing_below_one),
-        first_zero_grad_input=zero.first_true,
-        monotone=zero.monotone,
-        probes=probe(probes, c, dtype),
-        fp32_horizon=c * knee_exact(formats.facts(f32).spacing_below_one),
-        fp32_first_zero_grad_input=zero32.first_true,
-    )
-
-
-def approach(c: float, dtype: np.dtype, first_zero: float, count: int, after: int = 0) -> list[dict]:
-    """The last ``count`` representable inputs before ``first_zero``, the first zero one, and ``after`` more."""
-    a = formats.neighbours_below(dtype, first_zero, count, after)
-    grads = autograd_gradient(a, c, dtype)
-    exact = exact_gradient(a.astype(np.float64), c)
-    rows = []
-    for ai, g, e in zip(a.astype(np.float64), grads, exact):
-        rows.append(
-            {
-                "cap": c,
-                "a": float(ai),
-                "grad_autograd": float(g),
-                "grad_exact": float(e),
-                "rel_error": float((g - e) / e),
-            }
-        )
-    return rows
-
-
 # --- reports ---------------------------------------------------------------------------------
-
-
-def cap_arithmetic(dtype: np.dtype) -> type:
-    """The float type ``a / c`` is computed in: float64 for fp64, float32 (then rounded) for every narrower format.
-
-    Eager torch on the CPU computes bf16 and fp16 arithmetic in fp32 and rounds the result once;
-    ml_dtypes does the same for the fp8, fp6 and fp4 formats.
-    """
-    return np.float64 if dtype.itemsize >= 8 else np.float32
-
-
-def first_zero_in_format(c: float, dtype: np.dtype, first_saturating: float | None) -> Switch | None:
-    """The first input a of the format whose eager soft-cap gradient is exactly 0, in the format's arithmetic.
-
-    a/c is computed in :func:`cap_arithmetic` and rounded to the format; tanh of it is stored as 1.0
-    from ``first_saturating`` on (the exact search), and then the backward 1 − y² is exactly 0. Only
-    y = 1.0 gives 0: the largest value below 1 squares to 1 − 2ε₋, which is representable. No torch:
-    ``horizon`` measures the same thing through autograd.
-    """
-    if first_saturating is None:
-        return None
-    op = cap_arithmetic(dtype)
-    cap = op(c)
-    with np.errstate(over="ignore", divide="ignore", under="ignore"):
-        def saturated(v: np.ndarray) -> np.ndarray:
-            q = (v.astype(op) / cap).astype(dtype).astype(np.float64)
-            return q >= first_saturating
-
-        return formats.find_switch(dtype, saturated)
 
 
 def knee_answer(rows: list[dict], horizon_rows: list[dict]) -> tuple[str, ...]:
@@ -353,7 +210,8 @@ def stacks_sentence(backend_rows: list[dict]) -> tuple[str, ...]:
             + (f"; not monotone: {', '.join(odd)}." if odd else "."),)
 
 
-def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], fns: list[str]) -> Report:
+def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], fns: list[str],
+                stack_knee: StackKnee | None = None) -> Report:
     rows, backend_rows, horizon_rows = [], [], []
     real = any(b not in BACKENDS for b in backends)  # real stacks: where the run of 1.0s starts (monotone when it is
     # where the first 1.0 is), and the source
@@ -362,7 +220,7 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
             row, search = knee(dtype, caps, fn)
             rows.append(asdict(row))
             for backend in backends:
-                found = search if backend == "exact" else backend_knee(dtype, backend, caps, fn)
+                found = search if backend == "exact" else backend_knee(dtype, backend, caps, fn, stack_knee)
                 backend_rows.append(asdict(found))
             if fn != "tanh":
                 continue
@@ -408,66 +266,4 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
             " when bisected)",
         ),
         answer=(*knee_answer(rows, horizon_rows)[:2], *stacks_sentence(backend_rows)),
-    )
-
-
-def horizon_answer(rows: list[dict], approach_rows: list[dict], dtype: np.dtype) -> tuple[str, ...]:
-    def at(r: dict) -> str:
-        zero = r["first_zero_grad_input"]
-        return (f"from a = {zero:.8g} at c = {r['cap']:g}" if zero is not None
-                else f"never at c = {r['cap']:g} (no {dtype.name} input gets there)")
-
-    horizons = " and ".join(f"{r['horizon']:.5g}" for r in rows)
-    sentences = [
-        f"In {dtype.name}, autograd's gradient through z = c·tanh(a/c) is exactly 0 "
-        + "; ".join(at(r) for r in rows) + f" (horizons c·x_knee = {horizons}; a/c is rounded to {dtype.name} "
-        "before the tanh, so the first zero can lie past c·x_knee)."
-    ]
-    before = [r for r in approach_rows if r["grad_autograd"] != 0.0 and r["cap"] == rows[0]["cap"]]
-    if before:
-        last = before[-1]
-        sentences.append(f"Just before it (a = {last['a']:g}, c = {last['cap']:g}) autograd returns {last['grad_autograd']:.3g} "
-                         f"where the exact gradient sech²(a/c) is {last['grad_exact']:.3g}.")
-    if dtype.name != "float32":
-        fp32 = "; ".join(f"{r['fp32_first_zero_grad_input']:.8g} at c = {r['cap']:g}" for r in rows
-                         if r["fp32_first_zero_grad_input"] is not None)
-        if fp32:
-            sentences.append(f"Computed in float32 throughout, the gradient dies only from {fp32}.")
-    return tuple(sentences)
-
-
-def horizon_report(caps: list[float], dtype: np.dtype, probes: list[float] | None, sweep: int, curve: bool = False) -> Report:
-    rows, approach_rows, curve_rows = [], [], []
-    largest = float(formats.finfo(dtype).max)
-    for c in caps:
-        h = horizon(c, dtype, probes if probes else [a for a in (4.0 * c,) if a <= largest])
-        rows.append(asdict(h))
-        if h.first_zero_grad_input is not None and sweep > 0:
-            approach_rows.extend(approach(c, dtype, h.first_zero_grad_input, sweep))
-        if h.first_zero_grad_input is not None and curve:
-            curve_rows.extend(approach(c, dtype, h.first_zero_grad_input, 160, after=24))
-    probe_rows = [{"cap": r["cap"], **p} for r in rows for p in r["probes"]]
-    return Report(
-        command="horizon",
-        params={"caps": caps, "dtype": dtype.name, "probes": probes, "sweep": sweep},
-        tables=(
-            Table(
-                "rows",
-                f"pre-cap horizon of z = c·tanh(a/c) in {dtype.name} (autograd, every op in the format)",
-                rows,
-                ("cap", "horizon", "first_zero_grad_input", "monotone", "fp32_first_zero_grad_input"),
-                wide=("fp32_horizon",),
-            ),
-            Table("probe_rows", "the gradient at the probe inputs", probe_rows,
-                  ("cap", "a", "grad_autograd", "grad_exact"), wide=("a_stored",)),
-            Table("approach", "the last representable inputs before the first zero: format gradient vs exact sech²(a/c)",
-                  approach_rows, ("cap", "a", "grad_autograd", "grad_exact", "rel_error")),
-            *([Table("curve", "gradient across the horizon", curve_rows, show=False)] if curve else []),
-        ),
-        notes=(
-            "horizon = c·atanh(1 − ε₋/2), a real number; the first zero-grad input is found by running autograd over"
-            " the format's own inputs",
-            "an autograd gradient of 0 is bit-exact zero: the stored tanh is 1.0 and the backward 1 − y² vanishes",
-        ),
-        answer=horizon_answer(rows, approach_rows, dtype),
     )

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from softcapgrad import formats
-from softcapgrad.report import Report, Table
-from softcapgrad.names import GATE_SECTIONS as SECTIONS
+from softcapgrad.laws import formats
+from softcapgrad.core.report import Report, Table
+from softcapgrad.core.names import GATE_SECTIONS as SECTIONS
 
 
 def softplus(x: torch.Tensor) -> torch.Tensor:

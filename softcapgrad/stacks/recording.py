@@ -3,7 +3,7 @@
 The package ships ``data/cuda-h200.json``: the CUDA stacks measured on one NVIDIA H200. A row is
 one quantity of one stack: the first zero-gradient input of c·tanh(a/c) for a scores format and a
 cap, or the first input whose tanh a backend returns as exactly 1.0. ``softcapgrad stacks --record
-FILE`` measures the same rows on a machine with CUDA (:func:`measure`) and writes them in this format.
+FILE`` measures the same rows on a machine with CUDA (softcapgrad.models.record) and writes them in this format.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from softcapgrad.checks import InputError
+from softcapgrad.core.checks import InputError
 
 FORMAT = "softcapgrad recorded stacks 1"
 QUANTITIES = ("first_zero_grad_input", "first_saturating_input")
@@ -110,7 +110,7 @@ def dumps(recording: Recording) -> str:
 def packaged() -> Recording:
     from importlib.resources import files
 
-    return parse(files("softcapgrad").joinpath("data", PACKAGED).read_text(encoding="utf-8"), PACKAGED)
+    return parse(files("softcapgrad.stacks").joinpath("data", PACKAGED).read_text(encoding="utf-8"), PACKAGED)
 
 
 def load(path: Path | None = None) -> Recording:
@@ -120,112 +120,3 @@ def load(path: Path | None = None) -> Recording:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     return parse(path.read_text(encoding="utf-8"), str(path))
-
-
-# --- a new recording, on a machine with CUDA ---------------------------------------------------
-
-CAPS = (30.0, 50.0)
-
-
-def _versions() -> dict[str, str]:
-    import shutil
-    import subprocess
-
-    import torch
-
-    out = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "driver": "not recorded"}
-    if shutil.which("nvidia-smi"):
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, check=False)
-        if smi.returncode == 0 and smi.stdout.strip():
-            out["driver"] = smi.stdout.strip().splitlines()[0]
-    for name in ("triton", "jax", "transformers"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            out[name] = "not installed"
-    return out
-
-
-def _model_rows(device: str) -> list[Row]:
-    """transformers' Gemma 2 on ``device``, eager and compiled: its final-logit cap and attention-score cap."""
-    import numpy as np
-    import torch
-
-    from softcapgrad import gemma2
-    from softcapgrad.formats import positive_values, resolve
-
-    values = positive_values(resolve("bf16"))
-    model = gemma2.tiny_model(final_cap=CAPS[0], attn_cap=CAPS[1], device=device)
-    rows = []
-    for path, compile_ in (("torch-eager-cuda", False), ("torch-compile-cuda", True)):
-        final = torch.compile(model) if compile_ else None
-        attention = torch.compile(model.model.layers[0].self_attn) if compile_ else None
-        for site, c, (_, grad) in (("Gemma 2 final logits", CAPS[0], gemma2.final_cap(model, values, final)),
-                                   ("Gemma 2 eager attention", CAPS[1],
-                                    gemma2.attention_cap(model, values, attention))):
-            zero = grad == 0.0
-            i = int(np.argmax(zero))
-            misses = np.flatnonzero(~zero[i:])
-            value = float(values[i].astype(np.float64)) if zero.any() else None
-            last = float(values[i + misses[-1]].astype(np.float64)) if zero.any() and misses.size else None
-            rows.append(Row(path, QUANTITIES[0], "bfloat16", c, value, None if value is None else last is None, last,
-                            site, "transformers' Gemma 2 in bf16, its own capping code"))
-    return rows
-
-
-def measure() -> Recording:
-    """Every CUDA stack measured live on this machine's GPU: first zero-gradient inputs at c = 30 and 50 for each
-    scores format it takes, its fp32 knee, and transformers' Gemma 2 when installed."""
-    import datetime
-
-    import torch
-
-    from softcapgrad import stacks
-
-    if not torch.cuda.is_available():
-        raise InputError("stacks --record needs a CUDA device: torch.cuda.is_available() is False on this machine")
-    rows, skipped = [], []
-    for stack in stacks.STACKS.values():
-        if stack.device != "cuda":
-            continue
-        why = stacks.runs_here(stack)
-        if why:
-            skipped.append(f"{stack.name} ({why})")
-            continue
-        for fmt in stack.formats:
-            for c in CAPS:
-                r = stacks.first_zero(stack.name, fmt, c)
-                rows.append(Row(stack.name, QUANTITIES[0], fmt, c, r.value, r.monotone, r.last_unsaturated))
-        if stack.has_knee:
-            r = stacks.knee(stack.name, "float32")
-            rows.append(Row(stack.name, QUANTITIES[1], "float32", None, r.value, r.monotone, r.last_unsaturated))
-    try:
-        rows += _model_rows("cuda")
-    except ImportError:
-        skipped.append("transformers' Gemma 2 (transformers is not installed)")
-    device = torch.cuda.get_device_name()
-    today = datetime.date.today().isoformat()
-    provenance = f"measured on one {device} on {today} by softcapgrad stacks --record"
-    if skipped:
-        provenance += f"; not measured: {', '.join(skipped)}"
-    return Recording(device, today, _versions(), provenance, tuple(rows))
-
-
-def record_report(path: Path):
-    """Measure, write the recording atomically, and report its rows."""
-    from softcapgrad.files import write_atomic
-    from softcapgrad.report import Report, Table
-
-    recording = measure()
-    write_atomic(path, dumps(recording))
-    rows = [{"path": r.path, "site": r.site, "scores": r.scores, "cap": r.cap, "quantity": r.quantity,
-             "value": r.value, "monotone": r.monotone} for r in recording.rows]
-    return Report(
-        command="stacks",
-        params={"record": str(path), "device": recording.device, "versions": recording.versions},
-        tables=(Table("rows", f"recorded on {recording.device}", rows,
-                      ("path", "scores", "cap", "quantity", "value", "monotone"), wide=("site",)),),
-        notes=(f"wrote {path}", recording.provenance),
-        answer=(f"Measured {len(rows)} rows on {recording.device} (torch {recording.versions['torch']}) and wrote {path}.",),
-    )

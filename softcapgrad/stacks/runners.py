@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from softcapgrad import formats
+from softcapgrad.laws import formats
 
 BATCH = 1 << 15  # values per evaluation: every positive bf16 or fp16 value fits in one
 
@@ -75,7 +75,7 @@ def formula(fn: str, c: float, sigmoid: tuple[float, float, float], upcast: bool
         def cap(x):
             return m * torch.sigmoid((x + b) / s)
     elif fn == "remedy":
-        from softcapgrad.remedy import softcap
+        from softcapgrad.training.remedy import softcap
 
         def cap(x):
             return softcap(x, c)

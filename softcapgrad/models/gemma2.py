@@ -23,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from softcapgrad import formats
-from softcapgrad.backends import BATCH, batched
+from softcapgrad.laws import formats
+from softcapgrad.stacks.runners import BATCH, batched
 
 HEADS, HEAD_DIM = 8, 64  # HEADS·HEAD_DIM² = BATCH scores per attention call
 VOCAB = 4096  # BATCH // VOCAB tokens of final logits per call

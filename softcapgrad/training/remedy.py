@@ -36,7 +36,7 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from softcapgrad import chunks
+from softcapgrad.core import chunks
 
 _TABLE_DTYPES = (torch.bfloat16, torch.float16)
 

@@ -3,10 +3,11 @@ format and cap) and ``stacks`` (what each stack computes and where its figures c
 
 from __future__ import annotations
 
-from softcapgrad import formats, recorded
-from softcapgrad.checks import InputError
-from softcapgrad.report import Report, Table
-from softcapgrad.stacks import ALIASES, STACKS, Sigmoid, first_zero, resolve_path, runs_here
+from softcapgrad.laws import formats
+from softcapgrad.stacks import recording as recorded
+from softcapgrad.core.checks import InputError
+from softcapgrad.core.report import Report, Table
+from softcapgrad.stacks.registry import ALIASES, STACKS, Sigmoid, first_zero, resolve_path, runs_here
 
 SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 DEFAULT_SCORES = ("bfloat16", "float32")

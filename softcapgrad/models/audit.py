@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from softcapgrad import progress
-from softcapgrad.checks import InputError
+from softcapgrad.core import progress
+from softcapgrad.core.checks import InputError
 
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2")
 TINY = {  # applied, where the config has the field, before --set: a model that builds in a blink
@@ -62,7 +62,7 @@ def read_token_ids(path: Path):
     import numpy as np
     import torch
 
-    from softcapgrad.files import readable_file
+    from softcapgrad.core.files import readable_file
 
     path = Path(path)
     kind = readable_file(path, TOKEN_KINDS, "--inputs")
@@ -375,7 +375,7 @@ def run_implementation(src: Source, implementation: str, batch: Batch, dtype, st
 
 
 def _run_implementation(src: Source, implementation: str, batch: Batch, dtype, state) -> Run:
-    from softcapgrad.monitor import DeadZoneMonitor
+    from softcapgrad.stacks.watch import DeadZoneMonitor
 
     if not installed(implementation):
         return Run(implementation, "not installed", f"{implementation} is not installed here")
@@ -523,7 +523,7 @@ HIDDEN_PATH = {"flex_attention": "flex-attention", "flash_attention_2": "tanh-ap
 
 def site_rows(result: Audit) -> list[dict]:
     """One row per soft-cap site per implementation: the monitor's, then the applied-but-hidden fields."""
-    from softcapgrad.monitor import first_zero
+    from softcapgrad.stacks.watch import first_zero
 
     rows = []
     eager = next((r for r in result.runs if r.implementation == "eager" and r.status in ("ran", "forward only")), None)
@@ -605,7 +605,7 @@ def answer(result: Audit, rows: list[dict], fields: list[dict]) -> tuple[str, ..
 
 
 def audit_report(result: Audit, params: dict):
-    from softcapgrad.report import Report, Table
+    from softcapgrad.core.report import Report, Table
 
     rows = site_rows(result)
     fields = config_rows(result)

@@ -18,7 +18,7 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-from softcapgrad.checks import InputError
+from softcapgrad.core.checks import InputError
 
 # canonical name -> the spellings users type for it (canonical name included below)
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -73,7 +73,7 @@ def canonical_name(name: str) -> str:
             key = key[len(prefix):]
             break
     if key not in SPELLINGS:
-        from softcapgrad.checks import suggestion
+        from softcapgrad.core.checks import suggestion
 
         hint = suggestion(key, SPELLINGS) or f"; known: {', '.join(FORMAT_NAMES)}"
         raise UnknownFormat(f"unknown format {name!r}{hint}")

@@ -13,9 +13,9 @@ from functools import cache
 
 import torch
 
-from softcapgrad.report import Report, Table
-from softcapgrad.tether import FloorSchedule, TetherGate, anchor_targets, floor_schedule, tethergate_step
-from softcapgrad.names import TETHER_SECTIONS as SECTIONS
+from softcapgrad.core.report import Report, Table
+from softcapgrad.training.tether import FloorSchedule, TetherGate, anchor_targets, floor_schedule, tethergate_step
+from softcapgrad.core.names import TETHER_SECTIONS as SECTIONS
 
 PUSH_LRS = [1e-3, 1e-2, 1.5e-1]  # a 150× range
 PUSH_WDS = [20.0, 5.0, 0.5]

@@ -1,0 +1,1 @@
+"""The command line: parse, call a lower layer, render. Nothing below this package imports it."""

@@ -1,0 +1,50 @@
+"""The ``softcapgrad`` command line: every subcommand, in the order ``--help`` lists them.
+
+Each subcommand parses its options, calls one lower layer and renders the Report it returns
+(softcapgrad.cli.common.emit). The commands live beside this file by layer: laws, stacks, demos,
+models, ledger.
+"""
+
+import contextlib
+import os
+import sys
+
+from softcapgrad.cli import demos, ledger, laws, models, stacks
+from softcapgrad.cli.common import PROG, app
+
+app.command()(laws.identity)
+app.command()(laws.ratchet)
+app.command()(laws.knee)
+app.command()(laws.horizon)
+app.command()(stacks.stacks)
+app.command()(laws.dynamics)
+app.command("gate-demo")(demos.gate_demo)
+app.command("tether-demo")(demos.tether_demo)
+app.command()(models.scan)
+app.command()(ledger.reproduce)
+app.command("audit-model")(models.audit_model)
+
+
+def main() -> None:
+    try:
+        app(prog_name=PROG)
+        code = 0
+    except SystemExit as done:
+        code = done.code
+    _leave(code)
+
+
+def _leave(code) -> None:
+    """Exit with ``code``. A run that never imported torch skips the interpreter's teardown (freeing
+    every module and object, a fifth of a numpy-only command's time): its output is flushed here and
+    its files were written whole before (files.py). A run with torch exits normally, so torch's own
+    exit handlers (compile workers among them) run."""
+    if "torch" in sys.modules:
+        sys.exit(code)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe (| head) is not an error here
+            stream.flush()
+    os._exit(code or 0)

@@ -1,0 +1,212 @@
+"""The command line's shared parts: the typer app, its one-line errors, the common options and ``emit``.
+
+Every error a user can cause ends as one line on stderr and exit code 2: our own checks
+(:class:`~softcapgrad.core.checks.InputError`) and the parser's (unknown option, a value that is not a
+number, a missing argument) alike. An interrupt prints one line and exits 130; files are only
+ever replaced whole, so an interrupt leaves none half-written.
+
+Start-up is part of every command's time: annotations here are real objects, not strings
+(``from __future__ import annotations`` makes typer evaluate each of them on every start), and
+``--help`` is click's plain text (typer's rich help imports markdown and syntax highlighting,
+which alone take longer than the rest of the start).
+"""
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Callable, Iterator, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from softcapgrad import __version__
+from softcapgrad.core.checks import InputError, choice
+from softcapgrad.laws.formats import FORMAT_NAMES
+from softcapgrad.core.report import Report, as_json, render_table
+
+PROG = "softcapgrad"
+
+
+def _kind(err: BaseException) -> set[str]:
+    """Class names along the error's MRO: the parser's errors are recognised by name, since typer may
+    bring its own copy of click's exception classes or use click's."""
+    return {c.__name__ for c in type(err).__mro__}
+
+
+class _OneLineErrors(TyperGroup):
+    """Runs the app non-standalone and turns the parser's framed errors into one line on stderr.
+
+    Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input, 3 an internal error, 130 interrupted.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except (KeyboardInterrupt, typer.Abort):
+            typer.echo(f"{PROG}: interrupted", err=True)
+            code = 130
+        except Exception as err:
+            code = self._report(err)
+        if standalone_mode:
+            sys.exit(code or 0)
+        return code
+
+    @staticmethod
+    def _report(err: Exception) -> int:
+        kind = _kind(err)
+        if "NoArgsIsHelpError" in kind:
+            typer.echo(err.ctx.get_help())
+            return 0
+        if "ClickException" in kind:
+            ctx = getattr(err, "ctx", None)
+            where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
+            typer.echo(f"{PROG}: error: {where}{' '.join(err.format_message().split())}", err=True)
+            return err.exit_code
+        if os.environ.get("SOFTCAPGRAD_DEBUG"):  # a bug of ours: one line, not a traceback, unless asked
+            raise err
+        first = str(err).splitlines()[0] if str(err) else ""
+        typer.echo(f"{PROG}: internal error: {type(err).__name__}: {first} (please report it; "
+                   "SOFTCAPGRAD_DEBUG=1 shows where)", err=True)
+        return 3
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Numerical investigations of tanh soft-capping, softplus gates and anchored residual gates.",
+)
+
+
+def one_of(values) -> str:
+    return ", ".join(values)
+
+
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (every column) instead of tables.")]
+Wide = Annotated[bool, typer.Option("--wide", help="Also print the secondary columns.")]
+Caps = Annotated[Optional[list[float]], typer.Option("--cap", help="Cap c > 0 (repeatable).")]
+Dtypes = Annotated[
+    Optional[list[str]],
+    typer.Option("--dtype", help=f"Float format (repeatable, case-insensitive): {one_of(FORMAT_NAMES)}, or all; "
+                                 "short forms such as bf16, fp16, e4m3fn are accepted."),
+]
+Plot = Annotated[Optional[Path], typer.Option("--plot", help="Also draw the result as a PNG figure (needs the 'plot' extra).")]
+
+
+def sections_option(names: tuple[str, ...]):
+    return Annotated[Optional[list[str]], typer.Option("--section", help=f"{one_of(names)}, or all (repeatable; default all).")]
+
+
+def not_with(given: dict[str, object], why: str) -> None:
+    """Options the user gave that this run would not use are an error, not silently ignored."""
+    used = [name for name, value in given.items() if value not in (None, [], ())]
+    if used:
+        raise InputError(f"{', '.join(used)} {'does' if len(used) == 1 else 'do'} not apply {why}")
+
+
+def seed_in_range(seed: int | None) -> int:
+    """torch and numpy generators take seeds in [0, 2^63)."""
+    return bounded("--seed", 0 if seed is None else seed, 0, 2**63 - 1)
+
+
+def bounded(option: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise InputError(f"{option} {value}: must lie in {low:,}..{high:,}")
+    return value
+
+
+def pick(option: str, given: list[str] | None, allowed, default: list[str] | None = None) -> list[str]:
+    """Repeatable choices, case-insensitive: 'all' means all of them; none given means ``default``; duplicates drop."""
+    if not given:
+        return list(allowed) if default is None else default
+    if any(g.strip().lower() == "all" for g in given):
+        return list(allowed)
+    return list(dict.fromkeys(choice(option, value, allowed) for value in given))
+
+
+# --- running a computation -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _progress_on_stderr(show: bool, what: str) -> Iterator[None]:
+    """A transient spinner (and the modules' progress bars) on stderr, for a terminal only."""
+    if not show:
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from softcapgrad.core import progress
+
+    bars = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+    @contextlib.contextmanager
+    def reporter(description: str, total: float | None):
+        task = bars.add_task(description, total=total)
+        try:
+            yield lambda n=1.0: bars.advance(task, n)
+        finally:
+            bars.remove_task(task)
+
+    with bars, progress.reporting(reporter):
+        bars.add_task(what, total=None)
+        yield
+
+
+def _console():
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 100) or 100)
+    return Console(width=width, highlight=False)
+
+
+def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: Path | None = None,
+         command: str = "") -> None:
+    """Run a computation; print its report; bad input -> one line on stderr and exit 2.
+
+    ``--plot`` is checked (extra installed, path writable) before the computation, so a bad
+    path never costs the result.
+    """
+    try:
+        if plot is not None:
+            from softcapgrad.ledger import figures
+            from softcapgrad.core.files import writable_target
+
+            figures.check_plot_path(plot)
+            writable_target(plot, "--plot")
+        with _progress_on_stderr(sys.stderr.isatty() and not json_out, f"{PROG} {command}".strip()):
+            report = build()
+            if plot is not None:
+                figures.plot(report, plot)
+    except InputError as err:
+        typer.echo(f"{PROG}: error: {err}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo(f"{PROG}: interrupted; no file was written or changed", err=True)
+        raise typer.Exit(130) from None
+    if json_out:
+        typer.echo(as_json(report))
+    else:
+        render_table(report, _console(), wide=wide)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROG} {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    pass

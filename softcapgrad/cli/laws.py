@@ -1,0 +1,223 @@
+"""The documents' laws: identity, ratchet, knee, horizon and dynamics."""
+
+import math
+from typing import Annotated, Optional
+
+import typer
+
+from softcapgrad.core.checks import at_least, finite, increasing_range, positive, positives, within
+from softcapgrad.core.names import DYNAMICS_BACKWARDS, KNEE_FUNCTIONS, KNEE_STACKS, STACK_PATHS
+from softcapgrad.cli.common import (
+    Caps, choice, Dtypes, emit, InputError, Json, not_with, one_of, pick, Plot, Report, Wide
+)
+
+
+MAX_POINTS = 50_000_000  # the autograd check holds about 10 float64 arrays of this length: 4 GB
+
+
+def identity(
+    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
+    points: Annotated[int, typer.Option(help=f"Grid points for the autograd check (2 to {MAX_POINTS:,}).")] = 2_000_000,
+    range_: Annotated[
+        tuple[float, float], typer.Option("--range", help="Range of a for the autograd check, in units of c.")
+    ] = (-8.0, 8.0),
+    at: Annotated[Optional[list[float]], typer.Option("--at", help="Extra a/c multiples for the table.")] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+    plot: Plot = None,
+) -> None:
+    """Is dz/da = 1 − (z/c)² = sech²(a/c) exact against autograd; how strong is the attenuation at a = c, 2c, 4c."""
+
+    def build() -> Report:
+        from softcapgrad.laws.attenuation import MAX_A_OVER_C, identity_report
+
+        c = positive("--cap", cap)
+        at_least("--points", points, 2)
+        if points > MAX_POINTS:
+            raise InputError(f"--points {points}: at most {MAX_POINTS:,} (memory grows with the grid)")
+        lo, hi = increasing_range("--range", *range_)
+        if not (math.isfinite(lo * c) and math.isfinite(hi * c)):
+            raise InputError(f"--range {lo:g} {hi:g}: times the cap {c:g} it overflows float64")
+        extra = [within("--at", m, -MAX_A_OVER_C, MAX_A_OVER_C, closed_lo=True) for m in at or []]
+        multiples = list(dict.fromkeys([1.0, 2.0, 4.0] + extra))
+        return identity_report(c, points, lo, hi, multiples, curve=plot is not None)
+
+    emit(build, json_out, wide, plot, "identity")
+
+
+def ratchet(
+    cap: Caps = None,
+    level: Annotated[Optional[list[float]], typer.Option("--level", help="Confidence f in [0, 1) (repeatable).")] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+    plot: Plot = None,
+) -> None:
+    """How large must a be to express z = f·c, and how small is the gradient there."""
+
+    def build() -> Report:
+        from softcapgrad.laws.attenuation import ratchet_report
+
+        caps = positives("--cap", cap or [30.0])
+        levels = [within("--level", f, 0.0, 1.0, closed_lo=True) for f in (level or [0.9, 0.99, 0.999])]
+        return ratchet_report(caps, levels, curve=plot is not None)
+
+    emit(build, json_out, wide, plot, "ratchet")
+
+
+KNEE_BACKENDS = ("exact", "numpy", "torch", *KNEE_STACKS)
+
+
+def knee(
+    dtype: Dtypes = None,
+    cap: Caps = None,
+    backend: Annotated[
+        Optional[list[str]],
+        typer.Option("--backend", help=f"{one_of(KNEE_BACKENDS)}, or all (repeatable; torch is imported only when "
+                                       "asked). The stacks are measured live where they run, else recorded."),
+    ] = None,
+    fn: Annotated[Optional[list[str]], typer.Option("--fn", help=f"{one_of(KNEE_FUNCTIONS)} (repeatable; default tanh).")] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+    plot: Plot = None,
+) -> None:
+    """Where tanh(x) (or a sigmoid) is stored as exactly 1.0 in each float format."""
+
+    def build() -> Report:
+        from softcapgrad.laws import formats
+        from softcapgrad.laws.knee import BACKENDS, knee_report
+
+        dtypes = formats.resolve_many(dtype or ["bf16"])
+        caps = positives("--cap", cap or [])
+        backends = pick("--backend", backend, KNEE_BACKENDS, ["exact"])
+        fns = pick("--fn", fn, KNEE_FUNCTIONS, ["tanh"])
+        if "tanh" not in fns:
+            not_with({"--cap": caps}, "to the sigmoid alone: its pre-cap horizon depends on its scale (see horizon --path)")
+        stack_knee = None
+        if any(b not in BACKENDS for b in backends):
+            from softcapgrad.stacks.knees import stack_knee
+        return knee_report(dtypes, caps, backends, fns, stack_knee)
+
+    emit(build, json_out, wide, plot, "knee")
+
+
+def horizon(
+    cap: Caps = None,
+    dtype: Annotated[Optional[str], typer.Option(help="Float format of the scores and the cap: bf16 (default), fp16, fp32 or fp64.")] = None,
+    at: Annotated[Optional[list[float]], typer.Option("--at", help="Probe inputs a (default 4c per cap).")] = None,
+    sweep: Annotated[Optional[int], typer.Option(help="How many inputs before the first zero gradient to show (0 to 1000; default 6).")] = None,
+    path: Annotated[
+        Optional[list[str]],
+        typer.Option("--path", help=f"A real stack (repeatable, or all; replaces --dtype): {one_of(STACK_PATHS)}. "
+                                    "The old recipe names eager-bf16, eager-fp16, fp32-upcast, sigmoid-bf16 and "
+                                    "remedy name the stack and scores format they ran."),
+    ] = None,
+    scores: Annotated[
+        Optional[list[str]],
+        typer.Option("--scores", help="With --path: the scores formats (repeatable; default bf16 and fp32; each "
+                                      "stack shows those it applies to)."),
+    ] = None,
+    sigmoid_max: Annotated[Optional[float], typer.Option(help="Sigmoid cap m in m·σ((l + b)/s) (default 2c).")] = None,
+    sigmoid_scale: Annotated[Optional[float], typer.Option(help="Sigmoid cap s (default c/2).")] = None,
+    sigmoid_shift: Annotated[Optional[float], typer.Option(help="Sigmoid cap b (default 0).")] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+    plot: Plot = None,
+) -> None:
+    """From which pre-cap input is the autograd gradient through the cap exactly 0."""
+
+    def build() -> Report:
+        from softcapgrad.laws import formats
+        from softcapgrad.laws.horizon import horizon_report
+
+        caps = positives("--cap", cap or [30.0, 50.0])
+        probes = [float(positive("--at", a)) for a in at] if at else None
+        if path:
+            from softcapgrad.stacks.reports import horizon_paths_report
+            from softcapgrad.stacks.registry import STACKS, Sigmoid, resolve_path
+
+            not_with({"--dtype": dtype, "--sweep": sweep, "--plot": plot, "--at": at},
+                     "with --path: each row is a stack's first zero-gradient input in its scores formats (--scores)")
+            every = any(p.strip().lower() == "all" for p in path)
+            names = list(STACKS) if every else list(dict.fromkeys(path))
+            for name in names:
+                resolve_path(name)  # a bad or dropped name fails before any computation
+            wanted = [formats.canonical_name(s) for s in scores or []]
+            sig = Sigmoid(
+                m=None if sigmoid_max is None else positive("--sigmoid-max", sigmoid_max),
+                s=None if sigmoid_scale is None else positive("--sigmoid-scale", sigmoid_scale),
+                b=finite("--sigmoid-shift", sigmoid_shift or 0.0),
+            )
+            return horizon_paths_report(names, wanted or None, caps, sig, every)
+        not_with({"--sigmoid-max": sigmoid_max, "--sigmoid-scale": sigmoid_scale, "--sigmoid-shift": sigmoid_shift,
+                  "--scores": scores}, "without --path (--dtype gives the single format)")
+        fmt = formats.resolve(dtype or "bf16")
+        if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
+            raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
+        largest = float(formats.finfo(fmt).max)
+        for a in probes or []:
+            if a > largest:
+                raise InputError(f"--at {a:g}: larger than the largest {fmt.name} value {largest:g}")
+        shown = 6 if sweep is None else sweep
+        if not 0 <= shown <= 1000:
+            raise InputError(f"--sweep {sweep}: must lie in 0..1000")
+        return horizon_report(caps, fmt, probes, shown, curve=plot is not None)
+
+    emit(build, json_out, wide, plot, "horizon")
+
+
+def dynamics(
+    a0: Annotated[float, typer.Option("--a0", help="Starting pre-cap logit of the wrong class.")] = 40.0,
+    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
+    lr: Annotated[float, typer.Option(help="Gradient-descent learning rate > 0.")] = 1.0,
+    threshold: Annotated[float, typer.Option(help="Stop when the wrong class's probability falls below this, in (0, 1).")] = 1e-3,
+    classes: Annotated[int, typer.Option(help="Number of classes K ≥ 2 (the others sit at logit 0).")] = 2,
+    correct: Annotated[float, typer.Option(help="The correct class's fixed logit.")] = 0.0,
+    max_steps: Annotated[int, typer.Option(help="Give up after this many steps.")] = 100_000,
+    dtype: Annotated[str, typer.Option(help="fp64 (numpy), or bf16, fp16, fp32: the cap in that format by torch autograd.")] = "fp64",
+    sweep: Annotated[bool, typer.Option("--sweep", help="Also sweep the starting point.")] = False,
+    sweep_a0: Annotated[
+        Optional[list[float]], typer.Option("--sweep-a0", help="Starting points of the sweep (repeatable; implies --sweep).")
+    ] = None,
+    backward: Annotated[
+        str, typer.Option(help=f"{one_of(DYNAMICS_BACKWARDS)} (remedy: softcapgrad.softcap; bf16, fp16, fp32 only).")
+    ] = "eager",
+    json_out: Json = False,
+    wide: Wide = False,
+    plot: Plot = None,
+) -> None:
+    """How many more gradient-descent steps does the cap cost to correct a confidently wrong logit."""
+
+    def build() -> Report:
+        from softcapgrad.laws import formats
+        from softcapgrad.laws.attenuation import MAX_A_OVER_C
+        from softcapgrad.laws.dynamics import EAGER, Backward, Setting, dynamics_report
+
+        fmt = formats.resolve(dtype)
+        if fmt.name not in ("bfloat16", "float16", "float32", "float64"):
+            raise InputError(f"--dtype {dtype}: dynamics runs in bf16, fp16, fp32 or fp64")
+        setting = Setting(
+            cap=positive("--cap", cap),
+            lr=positive("--lr", lr),
+            threshold=within("--threshold", threshold, 0.0, 1.0),
+            classes=at_least("--classes", classes, 2),
+            correct=finite("--correct", correct),
+            max_steps=at_least("--max-steps", max_steps, 1),
+        )
+        starts = [finite("--sweep-a0", x) for x in sweep_a0] if sweep_a0 else None
+        if (sweep or plot is not None) and not starts:
+            starts = [float(x) for x in range(10, 131, 10)]
+        mode = choice("--backward", backward, DYNAMICS_BACKWARDS)
+        if mode == "remedy" and fmt.name == "float64":
+            raise InputError("--backward remedy needs --dtype bf16, fp16 or fp32 (the float64 run is numpy, without autograd)")
+        for option, start in [("--a0", a0), *(("--sweep-a0", x) for x in starts or [])]:
+            if not abs(start) <= MAX_A_OVER_C * setting.cap:
+                raise InputError(f"{option} {start:g}: |a0| must be at most {MAX_A_OVER_C:g}·c = "
+                                 f"{MAX_A_OVER_C * setting.cap:g}; past it sech²(a0/c) underflows float64")
+        backward_fn = EAGER
+        if mode == "remedy":
+            from softcapgrad.training.remedy import softcap
+
+            backward_fn = Backward("remedy", softcap)
+        return dynamics_report(a0, setting, fmt if fmt.name != "float64" else None, starts, backward_fn)
+
+    emit(build, json_out, wide, plot, "dynamics")

@@ -1,0 +1,30 @@
+"""The ledger: reproduce (every document number, checked, and the figures)."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from softcapgrad.cli.common import emit, Json, not_with, Report, Wide
+
+
+def reproduce(
+    out: Annotated[Path, typer.Option(help="Folder for claims.json, claims.md and figures/.")] = Path("results"),
+    only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids: recompute only those.")] = None,
+    figures: Annotated[Optional[bool], typer.Option("--figures/--no-figures", help="Also write figures/ (default yes; needs the 'plot' extra).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --only: write the partial ledger over the full one.")] = False,
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """Recompute every document number; write the ledger and figures; exit 1 if a verdict changed."""
+
+    def build() -> Report:
+        from softcapgrad.ledger.claims import reproduce_run
+
+        if only is None:
+            not_with({"--force": force or None}, "without --only: a full run always writes the ledger")
+        else:
+            not_with({"--figures": figures or None}, "with --only: figures are drawn from the full ledger's runs")
+        return reproduce_run(out, only, figures is not False, force)
+
+    emit(build, json_out, wide, command="reproduce")

@@ -1,0 +1,119 @@
+"""Real models and files: scan (saved tensors) and audit-model (a transformers model)."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from softcapgrad.core.checks import fp32_cap, positive
+from softcapgrad.core.names import STACK_PATHS
+from softcapgrad.cli.common import (
+    bounded, choice, emit, InputError, Json, not_with, one_of, pick, Plot, Report, seed_in_range, Wide
+)
+
+
+def scan(
+    file: Annotated[Path, typer.Argument(help="A .pt, .npy or .safetensors file of pre-cap values.")],
+    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
+    dtype: Annotated[Optional[str], typer.Option(help="Scores format the model rounds the values to: bf16 (default), fp16 "
+                                                      "or fp32; for every --path that is a stack name.")] = None,
+    path: Annotated[Optional[list[str]], typer.Option(
+        "--path", help=f"A real stack (repeatable, or all; default torch-eager-cpu): {one_of(STACK_PATHS)}; the old "
+                       "names eager-bf16, eager-fp16, fp32-upcast, sigmoid-bf16, remedy fix their format.")] = None,
+    key: Annotated[Optional[list[str]], typer.Option("--key", help="Only these tensors (repeatable).")] = None,
+    stored_as: Annotated[
+        Optional[str], typer.Option("--stored-as", help="Format of a .npy whose format np.save lost (an ml_dtypes array).")
+    ] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """Do the pre-cap values in a file reach each path's dead zone."""
+
+    def build() -> Report:
+        from softcapgrad.laws import formats
+        from softcapgrad.models.scan import scan_report
+        from softcapgrad.stacks.registry import STACKS, resolve_path
+
+        c = fp32_cap("--cap", cap)
+        every = any(p.strip().lower() == "all" for p in path or [])
+        names = list(STACKS) if every else list(dict.fromkeys(path or ["torch-eager-cpu"]))
+        scores = formats.canonical_name(dtype or "bf16")
+        for name in names:
+            stack, fixed = resolve_path(name)  # a bad or dropped name fails before any file is read
+            if fixed is None and scores not in stack.formats:
+                if every:
+                    continue
+                raise InputError(f"--path {name} takes {', '.join(stack.formats)} scores, not --dtype {dtype}")
+        if every:
+            names = [n for n in names if scores in STACKS[n].formats]
+        return scan_report(file, c, names, key, stored_as, scores)
+
+    emit(build, json_out, wide, command="scan")
+
+
+def audit_model(
+    directory: Annotated[
+        Optional[Path], typer.Argument(help="A local model directory with config.json (weights used when present; never downloaded).")
+    ] = None,
+    model_type: Annotated[Optional[str], typer.Option("--model-type", help="A transformers model type, built tiny from its config (see --set).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Config field KEY=VALUE (repeatable; SUB.KEY inside a sub-config).")] = None,
+    attn: Annotated[
+        Optional[list[str]], typer.Option("--attn", help="Attention implementation (repeatable): eager, sdpa, flex_attention, "
+                                                        "flash_attention_2, or all (the default).")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="Format of the parameters: bf16, fp16 or fp32.")] = "bf16",
+    autocast: Annotated[Optional[str], typer.Option(help="Run under torch.autocast in bf16 or fp16 (with --dtype fp32).")] = None,
+    inputs: Annotated[
+        Optional[Path], typer.Option("--inputs", help="Token ids: .npy or .pt integer array (1-D or 2-D), or .txt (one sequence a line).")
+    ] = None,
+    batch: Annotated[Optional[int], typer.Option(help="Sequences of random token ids (default 2; not with --inputs).")] = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="Length of the random sequences (default 16; not with --inputs).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the random weights, token ids and dropout (default 0).")] = None,
+    scale_logits: Annotated[float, typer.Option("--scale-logits", help="Multiply the output embedding's logits by K > 0: a confident model.")] = 1.0,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    json_out: Json = False,
+    wide: Wide = False,
+    plot: Plot = None,
+) -> None:
+    """Which soft-caps a transformers model applies, in which format and path, and how much of a batch is dead."""
+
+    def build() -> Report:
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            raise InputError("audit-model needs transformers: pip install 'softcapgrad[hf]'")
+        import torch
+
+        from softcapgrad.models import audit
+        from softcapgrad.laws import formats
+
+        implementations = pick("--attn", attn, audit.IMPLEMENTATIONS)
+        params_format = formats.resolve(dtype).name
+        if params_format not in audit.FORMATS:
+            raise InputError(f"--dtype {dtype}: the model is built in bf16, fp16 or fp32")
+        low = None
+        if autocast is not None:
+            low = formats.resolve(autocast).name
+            if low not in ("bfloat16", "float16"):
+                raise InputError(f"--autocast {autocast}: autocast runs in bf16 or fp16")
+            if params_format != "float32":
+                not_with({"--autocast": autocast}, f"with --dtype {dtype}: autocast lowers fp32 parameters")
+        device_name = choice("--device", device, ("cpu", "cuda"))
+        if device_name == "cuda" and not torch.cuda.is_available():
+            raise InputError("--device cuda: no CUDA device here")
+        k = positive("--scale-logits", scale_logits)
+        s = seed_in_range(seed)
+        if inputs is not None:
+            not_with({"--batch": batch, "--seq-len": seq_len}, "with --inputs: the file gives the batch")
+            ids = audit.read_token_ids(inputs)
+        src = audit.source(directory, model_type, set_ or [])
+        if inputs is None:
+            ids = audit.random_ids(src.config, bounded("--batch", 2 if batch is None else batch, 1, 4096),
+                                   bounded("--seq-len", 16 if seq_len is None else seq_len, 1, 1 << 20), s)
+        else:
+            audit.check_ids(ids, src.config, f"--inputs {inputs}")
+        return audit.audit_model(src, implementations, ids, params_format, low, s, k, device_name,
+                                 {"model": str(directory) if directory else model_type, "set": set_ or [],
+                                  "inputs": str(inputs) if inputs else None})
+
+    emit(build, json_out, wide, plot, "audit-model")

@@ -1,0 +1,32 @@
+"""The real stacks: stacks (the table, or a new recording on a CUDA machine)."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from softcapgrad.cli.common import emit, Json, Report, Wide
+
+
+def stacks(
+    record: Annotated[
+        Optional[Path],
+        typer.Option("--record", help="Measure every CUDA stack on this machine's GPU and write the recording to "
+                                      "this JSON file (needs CUDA)."),
+    ] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """The real stacks: what each computes, and whether its figures are measured here or recorded."""
+
+    def build() -> Report:
+        if record is not None:
+            from softcapgrad.core.files import writable_target
+            from softcapgrad.models.record import record_report
+
+            return record_report(writable_target(record, "--record"))
+        from softcapgrad.stacks.reports import stacks_report
+
+        return stacks_report()
+
+    emit(build, json_out, wide, command="stacks")

@@ -1,0 +1,118 @@
+"""The package's layers, read from its imports (ast): no circle, nothing imports upward, laws stay torch-free.
+
+Every import counts, at module level or inside a function: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "softcapgrad"
+
+# bottom to top; packages on one rank are siblings and may not import each other
+RANKS = {"core": 0, "laws": 1, "training": 2, "stacks": 3, "demos": 3, "models": 4, "ledger": 5, "cli": 6}
+TOP_LEVEL = {"__init__", "__main__", "tether"}  # the package's entry and its public re-exports
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) for every import of the package in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, node.lineno, id(node) in top))
+            if node.module.startswith("softcapgrad"):  # `from softcapgrad.x import y` may name a module y
+                for a in node.names:
+                    candidate = f"{node.module}.{a.name}"
+                    if candidate in MODULES:
+                        found.append((candidate, node.lineno, id(node) in top))
+    return found
+
+
+FILES = sorted(PACKAGE.rglob("*.py"))
+MODULES = {module_name(p) for p in FILES}
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "softcapgrad" or len(parts) == 1:
+        return None
+    return parts[1] if parts[1] in RANKS else None
+
+
+def graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for path in FILES:
+        name = module_name(path)
+        edges[name] = {m for m, _, _ in imports(path) if m in MODULES and m != name}
+    return edges
+
+
+def test_every_module_sits_in_a_layer():
+    outside = [m for m in MODULES if layer(m) is None and m.split(".")[-1] not in TOP_LEVEL and m != "softcapgrad"]
+    assert outside == []
+
+
+def test_no_layer_imports_a_higher_or_sibling_layer():
+    crossings = []
+    for path in FILES:
+        source = layer(module_name(path))
+        if source is None:
+            continue
+        for target, line, _ in imports(path):
+            to = layer(target)
+            if to is not None and to != source and RANKS[to] >= RANKS[source]:
+                crossings.append(f"{path.relative_to(PACKAGE)}:{line} imports {target}")
+    assert crossings == []
+
+
+def test_no_import_circle():
+    edges = graph()
+    state: dict[str, int] = {}
+    circles = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                circles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]) if nxt in trail else nxt)
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert circles == []
+
+
+@pytest.mark.parametrize("heavy", ["torch", "jax", "transformers"])
+def test_laws_never_import_heavy_frameworks_at_module_level(heavy):
+    found = [f"{p.relative_to(PACKAGE)}:{line}" for p in FILES if layer(module_name(p)) == "laws"
+             for m, line, top in imports(p) if top and (m == heavy or m.startswith(heavy + "."))]
+    assert found == []
+
+
+def test_library_code_never_imports_the_command_line():
+    found = [f"{p.relative_to(PACKAGE)}:{line}" for p in FILES if layer(module_name(p)) not in ("cli", None)
+             for m, line, _ in imports(p) if m.startswith("softcapgrad.cli") or m in ("typer", "click")]
+    assert found == []
+
+
+def test_the_rules_see_a_crossing():
+    """The checker itself: an upward import written into a layer is reported."""
+    probe = ast.parse("def f():\n    from softcapgrad.cli.app import main\n")
+    node = probe.body[0].body[0]
+    assert isinstance(node, ast.ImportFrom) and layer(node.module) == "cli"
+    assert RANKS[layer(node.module)] > RANKS["laws"]
