@@ -6,59 +6,36 @@ tanh from the saved input ``a`` in fp32: whether an element's gradient is exactl
 ``torch-compile-cuda``). So a cap is counted by looking at ``a``.
 
 An inductor pre-grad pass (installed by :func:`install`, before the model compiles) puts one call
-of the custom op ``softcapgrad::cap_input(a, slot)`` in front of each ``torch.tanh`` of the graph;
-``slot`` indexes a :class:`CompiledSite` (the module path inside the compiled region, the source
-line, the format, the cap). The op does nothing and returns nothing; it is declared side-effecting
-so that no pass removes it, and it reads ``a`` without writing anything, so the forward and
-backward kernels compute the same bits. A dispatch mode (the monitor) sees each call with the real
-``a`` and counts; outside a monitor a call costs one dispatch of an empty op. Sigmoids are left
-out: no compiled sigmoid stack has a measured first zero.
+of the custom op ``softcapgrad::cap_input(a, fn, module, site, cap)`` in front of each tanh (and
+sigmoid) of the graph: the module path inside the compiled region and the source line come from
+the trace's metadata, c from a division (or product) by a constant. The op does nothing and returns
+nothing; it is declared side-effecting so that no pass removes it, and it only reads ``a``, so the
+forward and backward kernels compute the same bits. A dispatch mode (the monitor) sees each call
+with the real ``a`` and counts; outside a monitor a call costs one dispatch of an empty op. No
+compiled sigmoid stack has a measured first zero: a compiled sigmoid is counted, not judged.
 """
 
 from __future__ import annotations
 
 import operator
-import threading
-from dataclasses import dataclass
 
 import torch
 
-VERSION = "1"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
-
-
-@dataclass(frozen=True)
-class CompiledSite:
-    module: str  # the module path inside the compiled region ("" for the region's own code)
-    site: str  # file:line of the tanh (the file as traced, absolute)
-    fn: str
-    dtype: str  # the format of a (the cap's input)
-    device: str
-    cap: float | None  # the c of a / c (None: no constant division before the tanh)
-
-
-_SITES: list[CompiledSite] = []
-_LOCK = threading.Lock()
-
-
-def site(slot: int) -> CompiledSite:
-    return _SITES[slot]
-
-
-def _slot(found: CompiledSite) -> int:
-    with _LOCK:
-        if found in _SITES:
-            return _SITES.index(found)
-        _SITES.append(found)
-        return len(_SITES) - 1
+VERSION = "2"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
 
 
 @torch.library.custom_op("softcapgrad::cap_input", mutates_args=())
-def cap_input(a: torch.Tensor, slot: int) -> None:
-    """Nothing: a dispatch mode sees the call, with the cap's input, inside compiled code."""
+def cap_input(a: torch.Tensor, fn: str, module: str, site: str, cap: float) -> None:
+    """Nothing: a dispatch mode sees the call, with the cap's input, inside compiled code.
+
+    ``module``: the module path inside the compiled region ("" for the region's own code); ``site``:
+    file:line of the tanh as traced; ``cap``: the c of a / c (0: no constant division before it).
+    The call carries its site itself, so a graph loaded from inductor's cache needs nothing else.
+    """
 
 
 @cap_input.register_fake
-def _cap_input_fake(a: torch.Tensor, slot: int) -> None:
+def _cap_input_fake(a: torch.Tensor, fn: str, module: str, site: str, cap: float) -> None:
     return None
 
 
@@ -66,6 +43,7 @@ OP = torch.ops.softcapgrad.cap_input.default
 torch.fx.node.has_side_effect(OP)
 
 _TANH = {torch.tanh, torch.nn.functional.tanh, torch.Tensor.tanh}
+_SIGMOID = {torch.sigmoid, torch.nn.functional.sigmoid, torch.Tensor.sigmoid}
 _DIV = {operator.truediv, torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__}
 _MUL = {operator.mul, torch.mul, torch.Tensor.mul, torch.Tensor.__mul__}
 
@@ -111,19 +89,19 @@ def _value(node: torch.fx.Node):
 
 
 def instrument(graph: torch.fx.Graph) -> int:
-    """Put a ``cap_input`` call before each tanh of a pre-grad graph; the number put."""
+    """Put a ``cap_input`` call before each tanh and sigmoid of a pre-grad graph; the number put."""
     put = 0
     for node in list(graph.nodes):
-        if not _is(node, _TANH, ("tanh",)) or not isinstance(node.args[0], torch.fx.Node):
+        fn = "tanh" if _is(node, _TANH, ("tanh",)) else "sigmoid" if _is(node, _SIGMOID, ("sigmoid",)) else None
+        if fn is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
-        a, cap = _numerator(node.args[0])
+        a, cap = _numerator(node.args[0]) if fn == "tanh" else (node.args[0], None)
         value = _value(a)
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             continue
         path, line = _where(node)
-        slot = _slot(CompiledSite(path, line, "tanh", str(value.dtype).removeprefix("torch."), value.device.type, cap))
         with graph.inserting_before(node):
-            graph.call_function(OP, (a, slot))
+            graph.call_function(OP, (a, fn, path, line, cap or 0.0))
         put += 1
     return put
 

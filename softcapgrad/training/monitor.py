@@ -20,8 +20,11 @@ while autograd runs a backward is a replay (gradient checkpointing, reentrant or
 with the backward that reads it, in the module that first ran it, and not counted again. torch's
 ``ModuleTracker`` is not used: its global module hooks make torch 2.13's dynamo fail on a
 ``torch.compile``d module. Compiled regions run compiled under the monitor (the mode declares
-``ignore_compile_internals``); their ops are inside generated kernels, so the monitor counts how
-many compiled regions ran instead, and says that their tanh and sigmoid are not counted.
+``ignore_compile_internals``); their tanh runs inside generated kernels, whose backward recomputes it
+from the cap's input, so a compiled site is counted on that input against the compiled path's own
+first zero, through a do-nothing op that inductor's graph carries (softcapgrad.training.ingraph).
+A region compiled without it (before any monitor existed, or by another backend) and kernels such as
+flex_attention's are named in one line (``hidden``), not shown as zero.
 
 A ``TorchFunctionMode`` would cost less (318 Python calls per tiny Gemma 2 step against 849 aten
 ops), but dynamo traces function modes: a handler that records (frame walk, hooks) breaks the
@@ -32,11 +35,13 @@ device) when it fell back from a failed trace. A monitor must not change what it
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
+import threading
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import Callable
 
 import torch
@@ -44,6 +49,7 @@ from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, Table, render_table
+from softcapgrad.training import ingraph
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -52,7 +58,7 @@ BACKWARD = {aten.tanh_backward.default: "tanh", aten.sigmoid_backward.default: "
 SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True}  # op -> the number multiplies (True) or divides
 # one lookup per op, by identity (op overloads are singletons; their __hash__ runs Python code)
 _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("backward", fn) for op, fn in BACKWARD.items()} \
-    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()}
+    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} | {id(ingraph.OP): ("compiled", None)}
 LOW = (torch.bfloat16, torch.float16)
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _CALL = torch.nn.Module._call_impl.__code__
@@ -101,8 +107,9 @@ def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, st
         code = frame.f_code
         if code is _CALL:
             module = frame.f_locals.get("self")
-            inner = inner or module
-            outer = module
+            if type(module).__name__ != "OptimizedModule":  # torch.compile's wrapper: its _orig_mod is the module
+                inner = inner or module
+                outer = module
         elif site is None and not code.co_filename.startswith(_TORCH_DIR):
             site = f"{short_file(code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
@@ -135,17 +142,19 @@ class Owners:
         for name, m in root.named_modules(remove_duplicate=False):
             known = self._of.get(id(m))
             if known is None or known[0]() is not m:
+                name = ".".join(part for part in name.split(".") if part != "_orig_mod")  # a compiled submodule
                 self._of[id(m)] = (weakref.ref(m), index, name)
 
-    def owner(self, inner: torch.nn.Module | None, outer: torch.nn.Module | None) -> tuple[int, str]:
-        """(model index, name under the model) of ``inner``; (-1, "Global") outside any module."""
+    def owner(self, inner: torch.nn.Module | None, outer: torch.nn.Module | None, below: str = "") -> tuple[int, str]:
+        """(model index, name under the model) of ``inner`` (of its submodule ``below``, a dotted path inside a
+        compiled region); (-1, "Global") outside any module."""
         if inner is None:
-            return -1, "Global"
+            return -1, below or "Global"
         known = self._of.get(id(inner))
         if known is None or known[0]() is not inner:
             self._register(outer)
             known = self._of[id(inner)]
-        return known[1], known[2] or type(inner).__name__
+        return known[1], ".".join(p for p in (known[2], below) if p) or type(inner).__name__
 
     def qualifier(self, index: int) -> str:
         """How a row names its model: '' for one unnamed model, else the given name, the class, or class#k."""
@@ -204,29 +213,43 @@ class CompiledRegions:
 
 @dataclass(frozen=True)
 class Site:
-    model: int  # the owner's index (-1: no module); rows qualify ``module`` by it when several models ran
+    model: int  # the owner's index (-1: no module, or already qualified); rows qualify ``module`` by it
     module: str
     site: str
     fn: str
     dtype: str
     device: str
     cap: float | None
+    compiled: bool = False  # counted in-graph (softcapgrad.training.ingraph) on the cap's input
 
 
 class _Tally:
     """Running sums of one site, kept as tensors on the op's device (no host sync per op)."""
 
-    __slots__ = ("calls", "count", "saturated", "max_abs", "backward_calls", "backward_count", "zero_grad", "inputs",
-                 "recomputed")
+    __slots__ = ("calls", "recomputed", "count", "saturated", "dead", "max_abs", "backward_calls", "backward_count",
+                 "zero_grad", "inputs")
 
     def __init__(self) -> None:
-        self.calls = self.count = self.backward_calls = self.backward_count = self.recomputed = 0
-        self.saturated = self.max_abs = self.zero_grad = None
+        self.calls = self.recomputed = self.count = self.backward_calls = self.backward_count = 0
+        self.saturated = self.dead = self.max_abs = self.zero_grad = None
         self.inputs: list[torch.Tensor] = []
+
+    def totals(self) -> list:
+        """The sums as plain numbers (one host sync per tensor), in ``__slots__`` order without the inputs."""
+        return [None if v is None else v.item() if isinstance(v, torch.Tensor) else v
+                for v in (getattr(self, k) for k in self.__slots__[:-1])]
 
 
 def _add(total, value):
     return value if total is None else total + value
+
+
+def _merge(a: list, b: list) -> list:
+    """Two ranks' totals of one site: sums, and the larger ``max_abs`` (slot 5)."""
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        out.append(x if y is None else y if x is None else max(x, y) if i == 5 else x + y)
+    return out
 
 
 @dataclass(frozen=True)
@@ -235,19 +258,21 @@ class SiteRow:
     site: str
     fn: str
     dtype: str
-    path: str
+    path: str  # torch-eager-<device>, or torch-compile-<device> for a site counted inside compiled code
     cap: float | None  # the divisor feeding the tanh (None: none seen, the tanh's own input)
     calls: int
     recomputed: int  # forward calls replayed inside the backward (checkpointing): paired with it, not counted again
     count: int  # elements through the forward
-    saturated: int  # stored output exactly ±1 (0 or 1 for the sigmoid)
+    saturated: int | None  # stored output exactly ±1 (0 or 1 for the sigmoid); None: compiled (not stored)
+    dead: int | None  # elements past the path's first zero-gradient input (None: the path's is not known)
     backward_count: int  # elements through the backward
     zero_grad: int | None  # backward exactly 0 with a non-zero upstream gradient (None: no backward seen)
     max_abs: float  # largest |a|: c·(largest |a/c| as stored) with a cap, else max_abs_input
-    max_abs_input: float  # largest |input| of the tanh / sigmoid
+    max_abs_input: float  # largest |input| of the tanh / sigmoid (compiled: of a)
     first_zero_grad_input: float | None  # the path's, in units of a (c·tanh(a/c)) or of the sigmoid's input
     source: str
-    saturated_fraction: float
+    saturated_fraction: float | None
+    dead_fraction: float | None
 
 
 class DeadZoneMonitor(TorchDispatchMode):
@@ -256,29 +281,41 @@ class DeadZoneMonitor(TorchDispatchMode):
     ``keep_inputs=True`` also keeps a CPU fp32 copy of every tanh / sigmoid input (for audits that
     compare them with other paths' horizons). ``first_zero(path, scores, c, fn)`` gives each row its
     path's first zero-gradient input; ``softcapgrad.DeadZoneMonitor`` looks it up in the real-stack
-    table (softcapgrad.stacks.watch). Nothing in the monitored code changes: forward and backward
-    values are bit-identical with and without it.
+    table (softcapgrad.stacks.watch). ``models={"teacher": m}`` names a model's rows (otherwise rows
+    are qualified by class, and ``#k``, only when several models ran). ``compiled=True`` makes every
+    graph inductor compiles from now on count its caps (softcapgrad.training.ingraph). ``every=N``:
+    ``with monitor.step():`` watches one step in N. Nothing in the monitored code changes: forward and
+    backward values are bit-identical with and without it.
     """
 
     supports_higher_order_operators = True  # flex_attention and friends pass through, counted as hidden
 
     def __init__(self, keep_inputs: bool = False, first_zero: FirstZeroLookup = no_lookup,
-                 models: dict[str, torch.nn.Module] | None = None) -> None:
+                 models: dict[str, torch.nn.Module] | None = None, compiled: bool = True, every: int = 1) -> None:
         super().__init__()
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be a whole number ≥ 1, got {every!r}")
         self.keep_inputs = keep_inputs
         self.first_zero = first_zero
+        self.every = every
+        self.steps = self.watched = 0  # steps offered to step(), and steps watched (step() or with-blocks)
         self._owners = Owners(models)
         self.higher_order: dict[str, int] = {}
         self._tallies: dict[Site, _Tally] = {}
         self._by_output: dict[int, Site] = {}  # forward output storage -> its site, for the backward
         self._scaled: tuple[int, tuple, float] | None = None  # last x/c: (data_ptr, shape, c)
         self._compiled = CompiledRegions()
+        self._zones: dict[tuple, float | None] = {}
+        self._reduced = False
+        if compiled:
+            ingraph.install()
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return True  # let torch.compile run compiled code; its ops stay out of sight (counted as regions)
+        return True  # let torch.compile run compiled code; its in-graph counters come back through dispatch
 
     def __enter__(self):
+        self.watched += 1
         self._compiled.__enter__()
         return super().__enter__()
 
@@ -287,6 +324,17 @@ class DeadZoneMonitor(TorchDispatchMode):
             return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def step(self):
+        """One training step: watched when it is one of every ``every`` (the first, then each N-th), else untouched."""
+        watch = self.steps % self.every == 0
+        self.steps += 1
+        if not watch:
+            yield False
+            return
+        with self:
+            yield True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -298,8 +346,10 @@ class DeadZoneMonitor(TorchDispatchMode):
             self._note_scale(role[1], args, out)
         elif role[0] == "forward":
             self._forward(role[1], args[0], out)
-        else:
+        elif role[0] == "backward":
             self._backward(role[1], args[0], args[1], out)
+        else:
+            self._compiled_input(*args)
         return out
 
     # -- recording
@@ -347,6 +397,67 @@ class DeadZoneMonitor(TorchDispatchMode):
         tally.backward_count += grad_input.numel()
         tally.zero_grad = _add(tally.zero_grad, ((grad_input == 0) & (grad_output != 0)).sum())
 
+    def _first_zero(self, path: str, dtype: str, cap: float | None, fn: str) -> FirstZero:
+        key = (path, dtype, cap, fn)
+        if key not in self._zones:
+            # A live lookup takes gradients (and may compile); inside a compiled region's forward the thread runs
+            # below autograd with dynamo off, so the lookup runs in a thread of its own, with torch's defaults.
+            found: list = []
+            worker = threading.Thread(target=lambda: found.append(self.first_zero(path, dtype, cap or 1.0, fn)))
+            worker.start()
+            worker.join()
+            self._zones[key] = found[0] if found else FirstZero(None, "the lookup failed")
+        return self._zones[key]
+
+    def _compiled_input(self, a: torch.Tensor, fn: str, below: str, where: str, cap: float) -> None:
+        """A cap inside compiled code: its input ``a`` against the compiled path's first zero (|a| ≥ it: dead)."""
+        if recomputing():
+            return
+        inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region
+        model, module = self._owners.owner(inner, outer, below=below)
+        file, _, line = where.rpartition(":")
+        dtype, device = str(a.dtype).removeprefix("torch."), a.device.type
+        site = Site(model, module, f"{short_file(file)}:{line}" if file else where, fn, dtype, device, cap or None,
+                    compiled=True)
+        tally = self._tallies.setdefault(site, _Tally())
+        tally.calls += 1
+        tally.count += a.numel()
+        if a.numel() == 0:
+            return
+        magnitude = a.detach().abs()
+        big = magnitude.max().float()
+        tally.max_abs = big if tally.max_abs is None else torch.maximum(tally.max_abs, big)
+        edge = self._first_zero(path_name(device, compiled=True), dtype, site.cap, fn).value
+        if edge is not None:
+            tally.dead = _add(tally.dead, (magnitude >= edge).sum())
+
+    # -- many ranks
+
+    def all_reduce(self, group=None) -> None:
+        """Sum the counts over a torch.distributed process group (a collective: every rank calls it once, at
+        report time); afterwards ``rows()``, ``table()`` and ``report()`` give the totals on every rank."""
+        import torch.distributed as dist
+
+        local: dict[tuple, list] = {}
+        for site, t in self._tallies.items():
+            qualifier = self._owners.qualifier(site.model)
+            key = (f"{qualifier}/{site.module}" if qualifier else site.module, *astuple(site)[2:])
+            local[key] = _merge(local[key], t.totals()) if key in local else t.totals()
+        gathered: list = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, local, group=group)
+        merged: dict[tuple, list] = {}
+        for part in gathered:
+            for key, totals in part.items():
+                merged[key] = _merge(merged[key], totals) if key in merged else totals
+        self._tallies = {}
+        for key, totals in sorted(merged.items(), key=lambda kv: repr(kv[0])):
+            tally = _Tally()
+            for name, value in zip(_Tally.__slots__, totals):
+                setattr(tally, name, value)
+            self._tallies[Site(-1, *key)] = tally
+        self._by_output = {}
+        self._reduced = True
+
     # -- results
 
     @property
@@ -354,17 +465,18 @@ class DeadZoneMonitor(TorchDispatchMode):
         return self._compiled.entered
 
     def hidden(self) -> str | None:
-        """One line when compiled code ran inside the monitor (its tanh and sigmoid were not seen)."""
+        """One line naming what ran inside the monitor and was not counted, if anything."""
         if not self._compiled.supported:
             return "this torch offers no way to see whether compiled regions ran; any tanh inside one was not counted"
+        parts = []
         n = self._compiled.entered
-        if n == 0 and not self.higher_order:
-            return None
-        what = f"{n} compiled region{'s' if n != 1 else ''}"
+        if n and not any(site.compiled for site in self._tallies):
+            parts.append(f"{n} compiled region{'s' if n != 1 else ''} ran with no in-graph counter (compiled before "
+                         "a monitor existed, or not by inductor): their tanh and sigmoid were not counted")
         if self.higher_order:
-            what += " and " + ", ".join(f"{k} ×{v}" for k, v in sorted(self.higher_order.items()))
-        return (f"{what} ran inside the monitor: the tanh and sigmoid ops inside them run in generated kernels, "
-                "are not counted here, and have their own dead zone (torch.compile and flex_attention paths, not eager)")
+            parts.append(", ".join(f"{k} ×{v}" for k, v in sorted(self.higher_order.items())) +
+                         " ran: a score_mod inside such a kernel (flex_attention) is not counted")
+        return "; ".join(parts) or None
 
     def inputs(self, site: Site) -> torch.Tensor:
         """Every recorded input of a site, flattened, fp32 on the CPU (``keep_inputs=True``)."""
@@ -377,48 +489,71 @@ class DeadZoneMonitor(TorchDispatchMode):
     def rows(self) -> list[SiteRow]:
         rows = []
         for site, t in self._tallies.items():
-            path = path_name(site.device)
-            stack = self.first_zero(path, site.dtype, site.cap or 1.0, site.fn)
-            saturated = 0 if t.saturated is None else int(t.saturated)
-            largest = 0.0 if t.max_abs is None else float(t.max_abs)
+            path = path_name(site.device, site.compiled)
+            stack = self._first_zero(path, site.dtype, site.cap, site.fn)
+            calls, recomputed, count, saturated, dead, largest, backward_calls, backward_count, zero_grad = t.totals()
+            if not site.compiled:
+                saturated = saturated or 0
+                dead = saturated  # eager backward 1 − y² (σ(1 − σ)) from the stored output: 0 exactly there
+            elif dead is None and stack.value is not None:
+                dead = 0
+            largest = largest or 0.0
             qualifier = self._owners.qualifier(site.model)
             rows.append(SiteRow(
                 module=f"{qualifier}/{site.module}" if qualifier else site.module, site=site.site, fn=site.fn,
-                dtype=site.dtype, path=path, cap=site.cap, calls=t.calls, recomputed=t.recomputed, count=t.count, saturated=saturated, backward_count=t.backward_count,
-                zero_grad=None if t.backward_calls == 0 else int(t.zero_grad),
-                max_abs=largest if site.cap is None else site.cap * largest, max_abs_input=largest,
-                first_zero_grad_input=stack.value, source=stack.source,
-                saturated_fraction=saturated / t.count if t.count else 0.0,
+                dtype=site.dtype, path=path, cap=site.cap, calls=calls, recomputed=recomputed, count=count,
+                saturated=saturated, dead=dead, backward_count=backward_count,
+                zero_grad=None if backward_calls == 0 else zero_grad,
+                max_abs=largest if site.cap is None or site.compiled else site.cap * largest,
+                max_abs_input=largest, first_zero_grad_input=stack.value, source=stack.source,
+                saturated_fraction=None if saturated is None else saturated / count if count else 0.0,
+                dead_fraction=None if dead is None else dead / count if count else 0.0,
             ))
         return rows
 
     def report(self) -> Report:
         rows = [asdict(r) for r in self.rows()]
         hidden = self.hidden()
-        low = [r for r in rows if r["dtype"] in ("bfloat16", "float16")]
-        dead = sum(r["zero_grad"] or 0 for r in rows)
-        if rows:
-            answer = [f"{len(rows)} tanh/sigmoid call site{'s' if len(rows) != 1 else ''} ran outside compiled code "
-                      f"({sum(r['count'] for r in rows):,} elements, {len(low)} in bf16/fp16); "
-                      f"{sum(r['saturated'] for r in rows):,} elements were stored as exactly ±1 (0 or 1) and "
-                      f"{dead:,} received an exactly-zero gradient from a non-zero upstream."]
-        else:
-            answer = ["No tanh or sigmoid ran outside compiled code" + (": nothing was counted." if hidden else ".")]
+        eager = [r for r in rows if not r["path"].startswith("torch-compile")]
+        compiled = [r for r in rows if r["path"].startswith("torch-compile")]
+        answer = []
+        if eager:
+            low = [r for r in eager if r["dtype"] in ("bfloat16", "float16")]
+            answer.append(
+                f"{len(eager)} tanh/sigmoid call site{'s' if len(eager) != 1 else ''} ran outside compiled code "
+                f"({sum(r['count'] for r in eager):,} elements, {len(low)} in bf16/fp16); "
+                f"{sum(r['saturated'] for r in eager):,} elements were stored as exactly ±1 (0 or 1) and "
+                f"{sum(r['zero_grad'] or 0 for r in eager):,} received an exactly-zero gradient from a non-zero upstream.")
+        if compiled:
+            unknown = [r for r in compiled if r["dead"] is None]
+            answer.append(
+                f"{len(compiled)} call site{'s' if len(compiled) != 1 else ''} inside compiled code "
+                f"{'were' if len(compiled) != 1 else 'was'} counted in the "
+                f"graph ({sum(r['count'] for r in compiled):,} elements); {sum(r['dead'] or 0 for r in compiled):,} "
+                "had an input past their compiled path's first zero-gradient input" +
+                (f" ({len(unknown)} site{'s' if len(unknown) != 1 else ''} on a path with no measured first zero)"
+                 if unknown else "") + ".")
+        if not rows:
+            answer.append("No tanh or sigmoid ran" + (": nothing was counted." if hidden else "."))
         if hidden:
             answer.append(hidden[0].upper() + hidden[1:] + ".")
         return Report(
             command="monitor",
-            params={"compiled_regions": self.compiled_regions},
+            params={"compiled_regions": self.compiled_regions, "steps_watched": self.watched, "all_reduced": self._reduced},
             tables=(
                 Table("rows", "tanh and sigmoid per module and call site", rows, show=False),
                 Table("where", "where each tanh / sigmoid ran", rows,
-                      ("module", "fn", "dtype", "cap", "first_zero_grad_input"), wide=("site", "path", "source"), json=False),
-                Table("counts", "what it did", rows, ("module", "count", "saturated", "zero_grad", "max_abs"),
-                      wide=("calls", "backward_count", "max_abs_input", "saturated_fraction"), json=False),
+                      ("module", "fn", "dtype", "path", "cap", "first_zero_grad_input"), wide=("site", "source"),
+                      json=False),
+                Table("counts", "what it did", rows, ("module", "count", "saturated", "dead", "zero_grad", "max_abs"),
+                      wide=("calls", "recomputed", "backward_count", "max_abs_input", "dead_fraction"), json=False),
             ),
             notes=(
-                "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the upstream gradient was not",
-                "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of the tanh input when no cap was seen)",
+                "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the "
+                "upstream gradient was not; dead: elements past the path's first zero-gradient input (eager: the "
+                "saturated ones; compiled: counted on the cap's input inside the graph)",
+                "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of "
+                "the tanh input when no cap was seen)",
             ),
             answer=tuple(answer),
         )
