@@ -272,3 +272,22 @@ def test_autocast_counts_in_the_format_the_cap_ran(monkeypatch):
     assert {x.dtype for _, x, _ in capture.calls} == {torch.bfloat16}
     assert _rows(monitor) == _expected(capture)
     assert {r.dtype for r in monitor.rows()} == {"bfloat16"} and sum(r.zero_grad for r in monitor.rows()) > 0
+
+
+def test_every_n_watches_the_first_step_and_each_nth_only(monkeypatch):
+    model = confident(tiny("gemma2"))
+    batch = ids()
+    capture = Capture(model, monkeypatch)
+    _step(model, batch)  # the same batch and weights each step (no optimizer): every step counts alike
+    once = _expected(capture)
+    monitor = DeadZoneMonitor(every=2)
+    seen = []
+    for _ in range(5):
+        with monitor.step() as watched:
+            seen.append(watched)
+            _step(model, batch)
+    assert seen == [True, False, True, False, True] and (monitor.steps, monitor.watched) == (5, 3)
+    assert _rows(monitor) == {m: (3 * n, 3 * b, 3 * s, 3 * z, largest) for m, (n, b, s, z, largest) in once.items()}
+    assert {r.calls for r in monitor.rows()} == {3}
+    with pytest.raises(ValueError, match="every must be"):
+        DeadZoneMonitor(every=0)

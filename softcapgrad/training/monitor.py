@@ -244,6 +244,13 @@ def _add(total, value):
     return value if total is None else total + value
 
 
+def _largest(total, x: torch.Tensor):
+    """The running largest |x| (one pass: the min and max of x)."""
+    low, high = torch.aminmax(x.detach())
+    big = torch.maximum(-low, high).float()
+    return big if total is None else torch.maximum(total, big)
+
+
 def _merge(a: list, b: list) -> list:
     """Two ranks' totals of one site: sums, and the larger ``max_abs`` (slot 5)."""
     out = []
@@ -381,9 +388,8 @@ class DeadZoneMonitor(TorchDispatchMode):
         if y.numel() == 0:
             return
         stuck = (y.abs() == 1) if fn == "tanh" else (y == 0) | (y == 1)
-        tally.saturated = _add(tally.saturated, stuck.sum())
-        big = x.detach().abs().max().float()
-        tally.max_abs = big if tally.max_abs is None else torch.maximum(tally.max_abs, big)
+        tally.saturated = _add(tally.saturated, torch.count_nonzero(stuck))  # a bool .sum() costs 4× more
+        tally.max_abs = _largest(tally.max_abs, x)
         if self.keep_inputs:
             tally.inputs.append(x.detach().float().cpu().reshape(-1))
 
@@ -395,7 +401,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         tally = self._tallies.setdefault(site, _Tally())
         tally.backward_calls += 1
         tally.backward_count += grad_input.numel()
-        tally.zero_grad = _add(tally.zero_grad, ((grad_input == 0) & (grad_output != 0)).sum())
+        tally.zero_grad = _add(tally.zero_grad, torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
 
     def _first_zero(self, path: str, dtype: str, cap: float | None, fn: str) -> FirstZero:
         key = (path, dtype, cap, fn)
@@ -424,12 +430,10 @@ class DeadZoneMonitor(TorchDispatchMode):
         tally.count += a.numel()
         if a.numel() == 0:
             return
-        magnitude = a.detach().abs()
-        big = magnitude.max().float()
-        tally.max_abs = big if tally.max_abs is None else torch.maximum(tally.max_abs, big)
+        tally.max_abs = _largest(tally.max_abs, a)
         edge = self._first_zero(path_name(device, compiled=True), dtype, site.cap, fn).value
         if edge is not None:
-            tally.dead = _add(tally.dead, (magnitude >= edge).sum())
+            tally.dead = _add(tally.dead, torch.count_nonzero(a.detach().abs() >= edge))
 
     # -- many ranks
 
