@@ -62,6 +62,8 @@ _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("bac
 LOW = (torch.bfloat16, torch.float16)
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _CALL = torch.nn.Module._call_impl.__code__
+# wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
+WRAPPERS = ("OptimizedModule", "DistributedDataParallel")
 
 
 # --- where a path's gradient dies: looked up by the caller ------------------------------------
@@ -107,7 +109,7 @@ def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, st
         code = frame.f_code
         if code is _CALL:
             module = frame.f_locals.get("self")
-            if type(module).__name__ != "OptimizedModule":  # torch.compile's wrapper: its _orig_mod is the module
+            if type(module).__name__ not in WRAPPERS:
                 inner = inner or module
                 outer = module
         elif site is None and not code.co_filename.startswith(_TORCH_DIR):
@@ -120,6 +122,14 @@ def recomputing() -> bool:
     """Whether a forward op runs while autograd runs a backward: a replayed forward (gradient checkpointing,
     either mode, recomputes the forward inside the backward) whose elements were counted when it first ran."""
     return torch._C._current_graph_task_id() != -1
+
+
+def class_name(module: torch.nn.Module) -> str:
+    """The module's class, through FSDP2's ``FSDP<Class>`` subclass."""
+    cls = type(module)
+    if cls.__name__.startswith("FSDP") and len(cls.__bases__) > 1 and cls.__bases__[1].__name__ == cls.__name__[4:]:
+        cls = cls.__bases__[1]
+    return cls.__name__
 
 
 class Owners:
@@ -138,7 +148,7 @@ class Owners:
 
     def _register(self, root: torch.nn.Module) -> None:
         index = len(self.models)
-        self.models.append((type(root).__name__, self._given.get(id(root))))
+        self.models.append((class_name(root), self._given.get(id(root))))
         for name, m in root.named_modules(remove_duplicate=False):
             known = self._of.get(id(m))
             if known is None or known[0]() is not m:
@@ -154,7 +164,7 @@ class Owners:
         if known is None or known[0]() is not inner:
             self._register(outer)
             known = self._of[id(inner)]
-        return known[1], ".".join(p for p in (known[2], below) if p) or type(inner).__name__
+        return known[1], ".".join(p for p in (known[2], below) if p) or class_name(inner)
 
     def qualifier(self, index: int) -> str:
         """How a row names its model: '' for one unnamed model, else the given name, the class, or class#k."""
