@@ -49,7 +49,9 @@ _MUL = {operator.mul, torch.mul, torch.Tensor.mul, torch.Tensor.__mul__}
 
 
 def _is(node: torch.fx.Node, functions: set, methods: tuple[str, ...]) -> bool:
-    return (node.op == "call_function" and node.target in functions) or (node.op == "call_method" and node.target in methods)
+    if node.op == "call_function":
+        return node.target in functions
+    return node.op == "call_method" and node.target in methods
 
 
 def _numerator(x: torch.fx.Node) -> tuple[torch.fx.Node, float | None]:
