@@ -116,3 +116,15 @@ def test_counter_changes_no_bit_of_a_compiled_gemma2_step():
     assert all(torch.equal(x, y) for x, y in zip(expected, got))
     assert {(r.module, r.path, r.cap) for r in monitor.rows()} == {
         ("Gemma2ForCausalLM", "torch-compile-cpu", 30.0), ("model.layers.0.self_attn", "torch-compile-cpu", 50.0)}
+
+
+def test_aot_eager_runs_eager_ops_and_is_counted_on_the_eager_path():
+    """aot_eager runs no inductor pass but runs the traced aten ops one by one: the monitor sees them as eager ops."""
+    compiled = torch.compile(lambda a: _cap(a), backend="aot_eager", dynamic=False)
+    a = _values()
+    _run(compiled, a)
+    with DeadZoneMonitor() as monitor:
+        _, g = _run(compiled, a)
+    (row,) = monitor.rows()
+    zero = int((g == 0).sum())
+    assert (row.path, row.cap, row.zero_grad, row.dead) == ("torch-eager-cpu", C, zero, zero) and zero > 0
