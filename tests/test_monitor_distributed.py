@@ -69,6 +69,8 @@ def _worker(rank: int, port: int, wrap: str, out: str) -> None:
         mine = _rows(monitor)
         monitor.all_reduce()
         total = _rows(monitor)
+        with pytest.raises(RuntimeError, match="already called"):  # a second sum would count the others twice
+            monitor.all_reduce()
         result = {"mine": mine, "total": total, "expected": expected, "own": _brute_force(rank),
                   "table": monitor.table(width=100), "dtypes": sorted({r.dtype for r in monitor.rows()})}
         torch.save(result, os.path.join(out, f"rank{rank}.pt"))

@@ -341,6 +341,8 @@ class DeadZoneMonitor(TorchDispatchMode):
             return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
+            self._by_output.clear()  # storages are reused: a later watched step must not pair with these
+            self._scaled = None
 
     @contextlib.contextmanager
     def step(self):
@@ -452,6 +454,8 @@ class DeadZoneMonitor(TorchDispatchMode):
         report time); afterwards ``rows()``, ``table()`` and ``report()`` give the totals on every rank."""
         import torch.distributed as dist
 
+        if self._reduced:
+            raise RuntimeError("all_reduce() was already called: these counts are the sum over the ranks")
         local: dict[tuple, list] = {}
         for site, t in self._tallies.items():
             qualifier = self._owners.qualifier(site.model)
