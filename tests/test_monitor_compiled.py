@@ -128,3 +128,27 @@ def test_aot_eager_runs_eager_ops_and_is_counted_on_the_eager_path():
     (row,) = monitor.rows()
     zero = int((g == 0).sum())
     assert (row.path, row.cap, row.zero_grad, row.dead) == ("torch-eager-cpu", C, zero, zero) and zero > 0
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's own
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_compiled_checkpointed_model_counts_each_cap_once(reentrant):
+    """A compiled, checkpointed tiny Gemma 2: each site once per step, with as many elements as the step has."""
+    from monitoring import confident, ids, tiny
+
+    model = confident(tiny("gemma2")).train()
+    model.activation_checkpointing_enable({"use_reentrant": reentrant})
+    compiled = torch.compile(model)
+    batch = ids()
+    DeadZoneMonitor()  # before the first compile
+    compiled(input_ids=batch, labels=batch).loss.backward()
+    with DeadZoneMonitor() as monitor:
+        compiled(input_ids=batch, labels=batch).loss.backward()
+    rows = {r.module: r for r in monitor.rows()}
+    heads, vocab = model.config.num_attention_heads, model.config.vocab_size
+    tokens = batch.numel()
+    assert {m: (r.path, r.calls, r.count) for m, r in rows.items()} == {
+        "model.layers.0.self_attn": ("torch-compile-cpu", 1, heads * batch.shape[0] * batch.shape[1] ** 2),
+        "model.layers.1.self_attn": ("torch-compile-cpu", 1, heads * batch.shape[0] * batch.shape[1] ** 2),
+        "Gemma2ForCausalLM": ("torch-compile-cpu", 1, tokens * vocab)}
