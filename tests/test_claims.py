@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from softcapgrad.ledger import claims
+from softcapgrad.ledger import claims, verdicts
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def _committed_rows() -> list[list]:
 
 
 def test_every_claim_has_its_expected_verdict_and_matches_the_committed_ledger():
-    outcomes = claims.evaluate()
+    outcomes = verdicts.evaluate()
     wrong = [(o.id, o.computed, o.verdict) for o in outcomes if not o.as_expected]
     assert not wrong
     assert all(o.why for o in outcomes if o.verdict == "differs"), "a differing claim says why"
@@ -60,7 +60,7 @@ def test_every_claim_has_its_expected_verdict_and_matches_the_committed_ledger()
 
 def test_the_committed_ledger_does_not_depend_on_the_cpu_vector_width():
     """ATen picks its vectorised kernels by CPU capability; the scalar ones must give the same ledger."""
-    code = ("import json; from softcapgrad.ledger.claims import evaluate; "
+    code = ("import json; from softcapgrad.ledger.verdicts import evaluate; "
             f"print(json.dumps([[getattr(o, k) for k in {LEDGER_KEYS!r}] for o in evaluate()]))")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -68,10 +68,10 @@ def test_the_committed_ledger_does_not_depend_on_the_cpu_vector_width():
 
 
 def test_judged_precision_rounds_at_the_tolerance_digit():
-    assert claims.judged_precision(3.465247, 0.005) == 3.465
-    assert claims.judged_precision(2.8e-17, 16 * 2.0**-52) == 0.0
-    assert claims.judged_precision(5.6e-17, 16 * 2.0**-52) == 0.0
-    assert claims.judged_precision(-1e-9, 0.5) == 0.0 and str(claims.judged_precision(-1e-9, 0.5)) == "0.0"
+    assert verdicts.judged_precision(3.465247, 0.005) == 3.465
+    assert verdicts.judged_precision(2.8e-17, 16 * 2.0**-52) == 0.0
+    assert verdicts.judged_precision(5.6e-17, 16 * 2.0**-52) == 0.0
+    assert verdicts.judged_precision(-1e-9, 0.5) == 0.0 and str(verdicts.judged_precision(-1e-9, 0.5)) == "0.0"
 
 
 def test_partial_reproduce_leaves_the_full_ledger_alone(cli, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from softcapgrad.laws import horizon as horizon_law
 from softcapgrad.laws import knee as deadzone
-from softcapgrad.laws import dynamics
+from softcapgrad.laws import dynamics, lowprecision
 from softcapgrad.training.remedy import softcap
 
 S = dynamics.Setting(cap=30.0)
@@ -75,7 +75,7 @@ def test_bf16_stalls_at_and_beyond_the_horizon_and_converges_below():
     bf16 = np.dtype(ml_dtypes.bfloat16)
     first_zero = horizon_law.horizon(30.0, bf16, []).first_zero_grad_input
     below = float(horizon_law.approach(30.0, bf16, first_zero, 1)[0]["a"])
-    runs = dynamics.descend_low_precision(np.array([below, first_zero, first_zero + 16]), S, True, bf16)
+    runs = lowprecision.descend_low_precision(np.array([below, first_zero, first_zero + 16]), S, True, bf16)
     assert list(runs.status) == ["converged", "stalled", "stalled"]
     assert runs.steps[1] == runs.steps[2] == 0
 
@@ -112,9 +112,9 @@ def test_table_descent_takes_the_steps_of_per_step_autograd(fmt, capped, backwar
     dtype = np.dtype(getattr(ml_dtypes, fmt) if fmt == "bfloat16" else fmt)
     s = dynamics.Setting(cap=30.0, lr=8.0, threshold=0.05, max_steps=40)  # every status in a few steps
     starts = np.array([-1.0, 0.5, 3.0, 8.0, 40.0, 104.0, 150.0, 7e4, -7e4])
-    backward = dynamics.Backward("remedy", softcap) if backward == "remedy" else dynamics.EAGER
-    table = dynamics.descend_by_table(starts, s, capped, dtype, backward)
-    reference = dynamics.descend_autograd(starts, s, capped, dtype, backward)
+    backward = lowprecision.Backward("remedy", softcap) if backward == "remedy" else lowprecision.EAGER
+    table = lowprecision.descend_by_table(starts, s, capped, dtype, backward)
+    reference = lowprecision.descend_autograd(starts, s, capped, dtype, backward)
     assert list(table.status) == list(reference.status)
     assert np.array_equal(table.steps, reference.steps)
     assert np.array_equal(table.confident_steps, reference.confident_steps)

@@ -14,7 +14,8 @@ import recipes as paths
 from softcapgrad.laws import formats
 from softcapgrad.training import remedy
 from softcapgrad.models import scan
-from softcapgrad.laws.dynamics import Backward, Setting, descend_low_precision
+from softcapgrad.laws.descent import Setting
+from softcapgrad.laws.lowprecision import Backward, descend_low_precision
 from softcapgrad.training.remedy import softcap
 
 REMEDY = Backward("remedy", softcap)

@@ -19,7 +19,7 @@ def reproduce(
     """Recompute every document number; write the ledger and figures; exit 1 if a verdict changed."""
 
     def build() -> Report:
-        from softcapgrad.ledger.claims import reproduce_run
+        from softcapgrad.ledger.verdicts import reproduce_run
 
         if only is None:
             not_with({"--force": force or None}, "without --only: a full run always writes the ledger")
