@@ -88,3 +88,14 @@ def test_callback_patch_applies_at_train_begin_and_is_removed_at_train_end(tmp_p
     assert seen == [True] * 4 and "forward" not in model.__dict__
     with pytest.raises(ValueError, match="every must be"):
         softcapgrad.DeadZoneCallback(every=0)
+
+
+def test_callback_is_a_lazy_public_name():
+    import subprocess
+    import sys
+
+    from softcapgrad.models import trainer
+
+    assert softcapgrad.DeadZoneCallback is trainer.DeadZoneCallback and "DeadZoneCallback" in softcapgrad.__all__
+    code = "import sys, softcapgrad; print('transformers' in sys.modules, 'torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split() == ["False", "False"]
