@@ -115,6 +115,8 @@ def first_zero_sigmoid_brute_force() -> float:
 
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")  # inductor's first import
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")  # inductor's first import
 def test_compiled_code_runs_compiled_and_is_counted_on_its_own_path():
     """Under the monitor a compiled cap keeps its compiled gradient (non-zero at 120 where eager's is 0)."""
     monitor = DeadZoneMonitor()
