@@ -37,12 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import sys
 import threading
-import weakref
-from dataclasses import asdict, astuple, dataclass
-from typing import Callable
+from dataclasses import asdict, astuple
 
 import torch
 from torch._ops import HigherOrderOperator
@@ -50,6 +47,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, Table, render_table
 from softcapgrad.training import ingraph
+from softcapgrad.training.attribution import (
+    CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
+)
+from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _merge, _Tally
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -60,236 +61,10 @@ SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True}  # op -> the number mult
 _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("backward", fn) for op, fn in BACKWARD.items()} \
     | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} | {id(ingraph.OP): ("compiled", None)}
 LOW = (torch.bfloat16, torch.float16)
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_CALL = torch.nn.Module._call_impl.__code__
 # wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
-WRAPPERS = ("OptimizedModule", "DistributedDataParallel")
-
-
-# --- where a path's gradient dies: looked up by the caller ------------------------------------
-
-
-@dataclass(frozen=True)
-class FirstZero:
-    """A path's first zero-gradient input for one format and cap, and where that figure comes from."""
-
-    value: float | None
-    source: str
-
-
-FirstZeroLookup = Callable[[str, str, float, str], FirstZero]  # (path, scores format, c, fn)
-
-
-def no_lookup(path: str, scores: str, c: float, fn: str = "tanh") -> FirstZero:
-    return FirstZero(None, "not looked up")
-
-
-def path_name(device: str, compiled: bool = False) -> str:
-    return f"torch-{'compile' if compiled else 'eager'}-{device}"
-
-
-# --- where an op was called from ---------------------------------------------------------------
-
-
-def short_file(filename: str) -> str:
-    """A file relative to the import path entry holding it (site-packages, the project), else its name."""
-    best = ""
-    for entry in sys.path:
-        entry = os.path.join(os.path.abspath(entry or "."), "")
-        if filename.startswith(entry) and len(entry) > len(best):
-            best = entry
-    return filename[len(best):] if best else os.path.basename(filename)
-
-
-def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:
-    """(innermost module, outermost module, file:line) of the op whose dispatch runs below ``frame``."""
-    inner = outer = None
-    site = None
-    while frame is not None:
-        code = frame.f_code
-        if code is _CALL:
-            module = frame.f_locals.get("self")
-            if type(module).__name__ not in WRAPPERS:
-                inner = inner or module
-                outer = module
-        elif site is None and not code.co_filename.startswith(_TORCH_DIR):
-            site = f"{short_file(code.co_filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return inner, outer, site or "(torch)"
-
-
-def recomputing() -> bool:
-    """Whether a forward op runs while autograd runs a backward: a replayed forward (gradient checkpointing,
-    either mode, recomputes the forward inside the backward) whose elements were counted when it first ran."""
-    return torch._C._current_graph_task_id() != -1
-
-
-def class_name(module: torch.nn.Module) -> str:
-    """The module's class, through FSDP2's ``FSDP<Class>`` subclass."""
-    cls = type(module)
-    if cls.__name__.startswith("FSDP") and len(cls.__bases__) > 1 and cls.__bases__[1].__name__ == cls.__name__[4:]:
-        cls = cls.__bases__[1]
-    return cls.__name__
-
-
-class Owners:
-    """Each module's model and qualified name, learnt from the outermost module called around an op.
-
-    A model is registered the first time one of its ops runs, with every module under it; a forward
-    replayed inside the backward (transformers' checkpointing calls the layer's ``forward``, outside
-    the model) then finds its modules already owned. Two models (or two instances of one class) get
-    separate owners; ``qualifier`` names them only when more than one model ran.
-    """
-
-    def __init__(self, names: dict[str, torch.nn.Module] | None = None) -> None:
-        self._given = {id(m): name for name, m in (names or {}).items()}
-        self._of: dict[int, tuple[weakref.ref, int, str]] = {}  # id(module) -> (module, model index, name)
-        self.models: list[tuple[str, str | None]] = []  # (class name, given name)
-
-    def _register(self, root: torch.nn.Module) -> None:
-        index = len(self.models)
-        self.models.append((class_name(root), self._given.get(id(root))))
-        for name, m in root.named_modules(remove_duplicate=False):
-            known = self._of.get(id(m))
-            if known is None or known[0]() is not m:
-                name = ".".join(part for part in name.split(".") if part != "_orig_mod")  # a compiled submodule
-                self._of[id(m)] = (weakref.ref(m), index, name)
-
-    def owner(self, inner: torch.nn.Module | None, outer: torch.nn.Module | None, below: str = "") -> tuple[int, str]:
-        """(model index, name under the model) of ``inner`` (of its submodule ``below``, a dotted path inside a
-        compiled region); (-1, "Global") outside any module."""
-        if inner is None:
-            return -1, below or "Global"
-        known = self._of.get(id(inner))
-        if known is None or known[0]() is not inner:
-            self._register(outer)
-            known = self._of[id(inner)]
-        return known[1], ".".join(p for p in (known[2], below) if p) or class_name(inner)
-
-    def qualifier(self, index: int) -> str:
-        """How a row names its model: '' for one unnamed model, else the given name, the class, or class#k."""
-        if index < 0 or (len(self.models) < 2 and self.models[index][1] is None):
-            return ""
-        cls, given = self.models[index]
-        if given is not None:
-            return given
-        same = [i for i, (c, _) in enumerate(self.models) if c == cls]
-        return cls if len(same) == 1 else f"{cls}#{same.index(index) + 1}"
-
-
-# --- compiled regions --------------------------------------------------------------------------
-
-
-class CompiledRegions:
-    """Counts compiled regions entered (dynamo cache hits and new compilations) while active."""
-
-    def __init__(self) -> None:
-        self.entered = 0
-        self.supported = True
-        self._previous = None
-
-    def _hit(self, cache_hit: bool) -> bool:
-        if cache_hit:
-            self.entered += 1
-        return self._previous(cache_hit) if self._previous is not None else cache_hit
-
-    def _compile(self, args) -> None:
-        if args.callback_trigger.name == "DYNAMO":
-            self.entered += 1
-
-    def __enter__(self):
-        try:
-            from torch._C._dynamo.eval_frame import set_guard_complete_hook
-            from torch._dynamo.callback import callback_handler
-        except ImportError:
-            self.supported = False
-            return self
-        self._previous = set_guard_complete_hook(self._hit)
-        callback_handler.register_start_callback(self._compile)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if not self.supported:
-            return
-        from torch._C._dynamo.eval_frame import set_guard_complete_hook
-        from torch._dynamo.callback import callback_handler
-
-        set_guard_complete_hook(self._previous)
-        callback_handler.remove_start_callback(self._compile)
 
 
 # --- the monitor -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Site:
-    model: int  # the owner's index (-1: no module, or already qualified); rows qualify ``module`` by it
-    module: str
-    site: str
-    fn: str
-    dtype: str
-    device: str
-    cap: float | None
-    compiled: bool = False  # counted in-graph (softcapgrad.training.ingraph) on the cap's input
-
-
-class _Tally:
-    """Running sums of one site, kept as tensors on the op's device (no host sync per op)."""
-
-    __slots__ = ("calls", "recomputed", "count", "saturated", "dead", "max_abs", "backward_calls", "backward_count",
-                 "zero_grad", "inputs")
-
-    def __init__(self) -> None:
-        self.calls = self.recomputed = self.count = self.backward_calls = self.backward_count = 0
-        self.saturated = self.dead = self.max_abs = self.zero_grad = None
-        self.inputs: list[torch.Tensor] = []
-
-    def totals(self) -> list:
-        """The sums as plain numbers (one host sync per tensor), in ``__slots__`` order without the inputs."""
-        return [None if v is None else v.item() if isinstance(v, torch.Tensor) else v
-                for v in (getattr(self, k) for k in self.__slots__[:-1])]
-
-
-def _add(total, value):
-    return value if total is None else total + value
-
-
-def _largest(total, x: torch.Tensor):
-    """The running largest |x| (one pass: the min and max of x)."""
-    low, high = torch.aminmax(x.detach())
-    big = torch.maximum(-low, high).float()
-    return big if total is None else torch.maximum(total, big)
-
-
-def _merge(a: list, b: list) -> list:
-    """Two ranks' totals of one site: sums, and the larger ``max_abs`` (slot 5)."""
-    out = []
-    for i, (x, y) in enumerate(zip(a, b)):
-        out.append(x if y is None else y if x is None else max(x, y) if i == 5 else x + y)
-    return out
-
-
-@dataclass(frozen=True)
-class SiteRow:
-    module: str
-    site: str
-    fn: str
-    dtype: str
-    path: str  # torch-eager-<device>, or torch-compile-<device> for a site counted inside compiled code
-    cap: float | None  # the divisor feeding the tanh (None: none seen, the tanh's own input)
-    calls: int
-    recomputed: int  # forward calls replayed inside the backward (checkpointing): paired with it, not counted again
-    count: int  # elements through the forward
-    saturated: int | None  # stored output exactly ±1 (0 or 1 for the sigmoid); None: compiled (not stored)
-    dead: int | None  # elements past the path's first zero-gradient input (None: the path's is not known)
-    backward_count: int  # elements through the backward
-    zero_grad: int | None  # backward exactly 0 with a non-zero upstream gradient (None: no backward seen)
-    max_abs: float  # largest |a|: c·(largest |a/c| as stored) with a cap, else max_abs_input
-    max_abs_input: float  # largest |input| of the tanh / sigmoid (compiled: of a)
-    first_zero_grad_input: float | None  # the path's, in units of a (c·tanh(a/c)) or of the sigmoid's input
-    source: str
-    saturated_fraction: float | None
-    dead_fraction: float | None
 
 
 class DeadZoneMonitor(TorchDispatchMode):
