@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from softcapgrad.models import scan  # noqa: E402
+from softcapgrad.models import tensorfiles  # noqa: E402
 
 
 def _scan(cli, path, *extra):
@@ -45,9 +45,9 @@ def test_non_contiguous_tensors_scan_like_their_contiguous_copy(cli, tmp_path, m
 
 
 def test_long_non_contiguous_rows_are_split_below_a_chunk(monkeypatch):
-    monkeypatch.setattr(scan, "CHUNK", 16)
+    monkeypatch.setattr(tensorfiles, "CHUNK", 16)
     t = torch.arange(40 * 50, dtype=torch.float32).reshape(40, 50).t()  # rows of 40 values > CHUNK
-    chunks = list(scan._tensor_chunks(t))
+    chunks = list(tensorfiles._tensor_chunks(t))
     assert max(c.numel() for c in chunks) <= 16
     assert torch.equal(torch.cat(chunks), t.reshape(-1))
 
@@ -68,9 +68,9 @@ def test_a_file_cut_short_while_it_is_read_is_one_line_not_a_signal(tmp_path, ki
 import os, sys
 import numpy as np, torch
 from softcapgrad.core.checks import InputError
-from softcapgrad.models import scan
+from softcapgrad.models import scan, tensorfiles
 path = {str(tmp_path / ("big" + kind))!r}
-values = np.linspace(-200, 200, 3 * scan.CHUNK, dtype=np.float32)
+values = np.linspace(-200, 200, 3 * tensorfiles.CHUNK, dtype=np.float32)
 if path.endswith(".npy"):
     np.save(path, values)
 elif path.endswith(".pt"):
