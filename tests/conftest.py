@@ -1,9 +1,18 @@
 import json
+import os
+import tempfile
 
 import pytest
 from typer.testing import CliRunner
 
 from softcapgrad.cli.app import app
+
+# torch.compile caches the C++ it builds on disk; a graph compiled without an explicit vector width takes
+# its ISA from ATEN_CPU_CAPABILITY, which the cache key does not hold. A suite run under one capability
+# would otherwise load another's kernels (wrong gradients, or a build against the wrong precompiled
+# header), so each capability gets a cache of its own.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"torchinductor-softcapgrad-{os.environ.get('ATEN_CPU_CAPABILITY') or 'native'}"))
 
 
 @pytest.fixture(scope="session")

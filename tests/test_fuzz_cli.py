@@ -26,7 +26,9 @@ LIMIT_S = 60  # seconds per invocation on a 2-core machine; the defaults take a 
 
 NUMBERS = st.one_of(
     st.sampled_from(["0", "-0", "-1", "1", "2", "0.5", "30", "50", "120", "1e-3", "nan", "-nan", "inf", "-inf",
-                     "1e308", "1e39", "1e-320", "1e999", "3.5", "abc", "", "1,5", "0x10"]),
+                     "1e308", "1e39", "1e-320", "1e999", "3.5", "abc", "", "1,5", "0x10",
+                     # past a format's range: below bf16's and fp32's normals, past fp16's max, near float64's
+                     "1e-45", "1e-300", "1e-39", "70000", "65504", "3.4e38", "1e307", "2.2e-308"]),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
 )
 INTEGERS = st.one_of(
@@ -99,11 +101,27 @@ def _time_limit(seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
+LOG = os.environ.get("SOFTCAPGRAD_FUZZ_LOG")  # a long local run: one JSON line per invocation, to count exit codes
+
+
+def _log(argv: list[str], code: int, note: str = "") -> None:
+    if LOG:
+        with open(LOG, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"argv": argv, "code": code, "note": note}) + "\n")
+
+
 def check_invocation(runner, argv: list[str]) -> None:
     with _time_limit(LIMIT_S):
         result = runner.invoke(app, argv)
+    _log(argv, result.exit_code, "" if result.exit_code in (0, 1, 2) else result.stderr[-300:])
     assert not isinstance(result.exception, _TookTooLong), f"{argv} ran over {LIMIT_S} s"
     assert result.exit_code in (0, 1, 2), (argv, result.exit_code, result.stderr[-2000:])
+    if result.exit_code in (0, 1):  # an answer: never empty, never a bare NaN where a number belongs
+        assert result.stdout.strip(), (argv, "exit 0 with no output")
+        if "--json" not in argv:
+            assert not result.stdout.lstrip().startswith(("┏", "┌", "•")), (argv, "no answer before the tables")
+            cells = [c.strip() for line in result.stdout.splitlines() if "│" in line for c in line.split("│")]
+            assert "NaN" not in cells, (argv, "a NaN where a number belongs")
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, argv
     if result.exit_code == 2:
         lines = result.stderr.strip().splitlines()
@@ -181,6 +199,11 @@ def odd_files(tmp_path_factory):
     files["sparse.pt"] = d / "sparse.pt"
     torch.save({f"t{i}": torch.full((2,), float(i)) for i in range(2000)}, d / "many.pt")
     files["many.pt"] = d / "many.pt"
+    w = torch.linspace(-300, 300, 4096).reshape(64, 64)
+    for name, t in {"transposed.pt": w.t(), "strided.pt": w.reshape(-1)[::7], "permuted.pt": w.reshape(8, 8, 64).permute(2, 0, 1),
+                    "param.pt": torch.nn.Parameter(w.clone()), "bf16-strided.pt": w.to(torch.bfloat16)[:, ::3]}.items():
+        torch.save({"x": t}, d / name)
+        files[name] = d / name
     (d / "notes.txt").write_text("hello")
     files["notes.txt"] = d / "notes.txt"
     (d / "broken.npy").write_bytes(b"\x93NUMPY garbage")
@@ -193,7 +216,8 @@ def odd_files(tmp_path_factory):
 @FUZZ
 @given(name=st.sampled_from(["plain.npy", "inf.npy", "empty.npy", "allnan.npy", "bf16.npy", "fp8.npy", "bigendian.npy",
                              "longdouble.npy", "ints.npy", "complex.npy", "sparse.pt", "many.pt", "notes.txt",
-                             "broken.npy", "folder", "missing.npy"]),
+                             "broken.npy", "folder", "missing.npy", "transposed.pt", "strided.pt", "permuted.pt",
+                             "param.pt", "bf16-strided.pt"]),
        cap=NUMBERS, json=st.booleans())
 def test_scan_of_odd_files(runner, odd_files, name, cap, json):
     check_invocation(runner, ["scan", str(odd_files[name]), "--cap", cap, *(["--json"] if json else [])])
@@ -232,3 +256,69 @@ def test_invocations_that_once_failed(runner, argv):
                                        ("bf16.npy", "30"), ("sparse.pt", "30"), ("longdouble.npy", "30")])
 def test_scans_that_once_failed(runner, odd_files, name, cap):
     check_invocation(runner, ["scan", str(odd_files[name]), "--cap", cap, "--json"])
+
+
+# --- the shell around the command: pipes, COLUMNS, umask, in a child process --------------------------------
+
+FAST = [["ratchet"], ["knee", "--dtype", "all"], ["knee", "--fn", "sigmoid"], ["horizon", "--cap", "30"],
+        ["stacks"], ["identity", "--points", "2001"], ["ratchet", "--json"], ["knee", "--dtype", "bf16", "--cap", "1e-45"]]
+COLUMNS = st.sampled_from(["0", "-1", "abc", "", "1", "39", "40", "80", "100", "1000", None])
+PLUMBING = st.sampled_from(["pipe", "reader-leaves", "closed-stdout"])
+
+
+def _child(argv: list[str], columns: str | None, mask: int, plumbing: str, plot: str | None):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    argv = [*argv, *(["--plot", plot] if plot else [])]
+
+    # the umask and the closed descriptor are set by a shell: a preexec_fn would run this process's fork
+    # handlers (jax warns in them) in the child
+    import shlex
+
+    line = f"umask {mask:03o} && exec {shlex.join([sys.executable, '-m', 'softcapgrad', *argv])}"
+    child = subprocess.Popen(["/bin/sh", "-c", line + (" >&-" if plumbing == "closed-stdout" else "")], env=env,
+                             stdout=None if plumbing == "closed-stdout" else subprocess.PIPE, stderr=subprocess.PIPE)
+    if plumbing == "reader-leaves":
+        first = child.stdout.readline()
+        child.stdout.close()
+        out = first
+    else:
+        out = child.stdout.read() if child.stdout else b""
+        if child.stdout:
+            child.stdout.close()
+    err = child.stderr.read().decode()
+    child.stderr.close()
+    return child.wait(timeout=LIMIT_S * 2), out.decode(), err
+
+
+@FUZZ
+@given(argv=st.sampled_from(FAST), columns=COLUMNS, mask=st.sampled_from([0o022, 0o077, 0o002, 0o027]),
+       plumbing=PLUMBING, plot=st.booleans())
+def test_generated_plumbing(tmp_path_factory, argv, columns, mask, plumbing, plot):
+    import stat
+
+    png = None
+    if plot and argv[0] in ("ratchet", "knee", "horizon", "identity") and "--json" not in argv:
+        png = str(tmp_path_factory.mktemp("plot") / "f.png")
+    code, out, err = _child(argv, columns, mask, plumbing, png)
+    _log([f"COLUMNS={columns}", f"umask={mask:o}", plumbing, *argv, *(["--plot", "f.png"] if png else [])], code,
+         err[-300:] if code not in (0, 2, 141) else "")
+    if plumbing == "closed-stdout":
+        assert code == 2 and "standard output is closed" in err and len(err.strip().splitlines()) == 1, (argv, code, err)
+        return
+    if "1e-45" in argv:
+        assert code == 2 and "bfloat16, whose normal numbers lie in" in err, (argv, code, err)
+        return
+    assert code in ((0, 141) if plumbing == "reader-leaves" else (0,)), (argv, columns, plumbing, code, err)
+    assert "Traceback" not in err and (err == "" or plumbing != "reader-leaves"), err
+    assert out.strip(), (argv, columns, "exit 0 with no output")
+    if png and plumbing == "pipe":
+        assert stat.S_IMODE(os.stat(png).st_mode) == 0o666 & ~mask
+    if plumbing == "pipe" and "--json" not in argv:
+        width = int(columns) if columns and columns.isdigit() and int(columns) > 0 else 100
+        assert max(len(line) for line in out.splitlines()) <= max(40, width), (argv, columns)
+        assert "…" not in out

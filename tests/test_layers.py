@@ -116,3 +116,16 @@ def test_the_rules_see_a_crossing():
     node = probe.body[0].body[0]
     assert isinstance(node, ast.ImportFrom) and layer(node.module) == "cli"
     assert RANKS[layer(node.module)] > RANKS["laws"]
+
+
+def test_public_names_keep_their_addresses():
+    import softcapgrad
+    from softcapgrad import tether
+    from softcapgrad.stacks.watch import DeadZoneMonitor
+    from softcapgrad.training import fp32grad, remedy, tether as training_tether
+
+    assert softcapgrad.softcap is remedy.softcap and softcapgrad.SoftCap is remedy.SoftCap
+    assert softcapgrad.fp32_tanh_backward is fp32grad.fp32_tanh_backward and softcapgrad.patch is fp32grad.patch
+    assert softcapgrad.DeadZoneMonitor is DeadZoneMonitor
+    for name in ("TetherGate", "FloorSchedule", "tethergate_step"):
+        assert getattr(tether, name) is getattr(training_tether, name)

@@ -2,7 +2,6 @@
 
 import linecache
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -10,82 +9,10 @@ import torch
 pytest.importorskip("transformers")
 
 from softcapgrad.laws import horizon as horizon_law
-from softcapgrad.laws import knee as deadzone  # noqa: E402
-from softcapgrad.models import audit  # noqa: E402
 from softcapgrad.stacks.watch import DeadZoneMonitor, first_zero  # noqa: E402
 from softcapgrad.training.monitor import short_file  # noqa: E402
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-# the first bf16 input whose eager tanh is stored as ±1 (c = 1: the division is exact), found by autograd
-KNEE = horizon_law.first_zero_gradient(1.0, BF16).first_true
-
-MODELS = {  # model type -> --set fields; T5Gemma and VaultGemma carry caps 30 / 50 by default
-    "gemma2": {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
-    "gemma3_text": {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
-    "t5gemma": {},
-    "vaultgemma": {},
-    "llama": {},
-}
-
-
-def tiny(model_type: str, implementation: str = "eager", dtype=torch.bfloat16, **sets):
-    config = audit.model_type_config(model_type, {**MODELS[model_type], **sets})
-    torch.manual_seed(0)
-    return audit.build(audit.Source(config, None, False), config, implementation, dtype)
-
-
-def confident(model, logits: float = 400.0, queries: float = 4000.0):
-    """Push final logits and attention scores past their bf16 horizons: scale the head's output and q_proj."""
-    model.get_output_embeddings().register_forward_hook(lambda m, args, out: out * logits)
-    with torch.no_grad():
-        for name, module in model.named_modules():
-            if name.endswith("q_proj"):
-                module.weight.mul_(queries)
-    return model
-
-
-def ids(vocab: int = 256, shape=(2, 12)):
-    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(1))
-
-
-class Capture:
-    """Every torch.tanh the model calls: its input, the module it ran in, and the gradient reaching its output."""
-
-    def __init__(self, model, monkeypatch):
-        self.calls = []  # [module, input, upstream gradient or None]
-        self.current = [type(model).__name__]
-        for name, module in model.named_modules():
-            if name.rsplit(".", 1)[-1] in ("self_attn", "cross_attn"):
-                module.register_forward_pre_hook(lambda m, a, name=name: self.current.append(name))
-                module.register_forward_hook(lambda m, a, o: self.current.pop() and None)
-        original = torch.tanh
-
-        def tanh(x):
-            y = original(x)
-            call = [self.current[-1], x.detach().clone(), None]
-            self.calls.append(call)
-            if y.requires_grad:
-                y.register_hook(lambda g: call.__setitem__(2, g.detach().clone()))
-            return y
-
-        monkeypatch.setattr(torch, "tanh", tanh)
-
-    def brute_force(self) -> dict[str, tuple[int, int, int, float]]:
-        """module -> (elements, |x| past the knee, past the knee with a non-zero upstream, largest |x|)."""
-        out = {}
-        for module, x, g in self.calls:
-            past = x.abs().float() >= KNEE
-            n, s, z, m = out.get(module, (0, 0, 0, 0.0))
-            out[module] = (n + x.numel(), s + int(past.sum()), z + int((past & (g != 0)).sum()),
-                           max(m, float(x.abs().max())))
-        return out
-
-
-def _step(model, batch):
-    out = model(input_ids=batch, labels=batch)
-    out.loss.backward()
-    return out.logits.detach()
-
+from monitoring import BF16, MODELS, Capture, _expected, _rows, _step, confident, ids, tiny  # noqa: E402
 
 @pytest.mark.parametrize("model_type", list(MODELS))
 def test_counts_equal_brute_force_per_module(model_type, monkeypatch):
@@ -188,18 +115,20 @@ def first_zero_sigmoid_brute_force() -> float:
 
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")  # inductor's first import
-def test_compiled_code_runs_compiled_and_is_reported_hidden():
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")  # inductor's first import
+def test_compiled_code_runs_compiled_and_is_counted_on_its_own_path():
     """Under the monitor a compiled cap keeps its compiled gradient (non-zero at 120 where eager's is 0)."""
+    monitor = DeadZoneMonitor()
     cap = torch.compile(lambda a: 30.0 * torch.tanh(a / 30.0))
     a = torch.tensor([120.0], dtype=torch.bfloat16, requires_grad=True)
     (expected,) = torch.autograd.grad(cap(a).sum(), a)
-    with DeadZoneMonitor() as monitor:
+    with monitor:
         (got,) = torch.autograd.grad(cap(a).sum(), a)
     assert torch.equal(got, expected) and float(got) > 0
-    assert monitor.rows() == [] and monitor.compiled_regions >= 1
-    answer = monitor.report().answer
-    assert "not counted" in monitor.hidden() and answer[0] == "No tanh or sigmoid ran outside compiled code: nothing was counted."
-    assert answer[1].startswith("1 compiled region ran inside the monitor") or "compiled regions ran" in answer[1]
+    (row,) = monitor.rows()
+    assert (row.path, row.count, row.dead) == ("torch-compile-cpu", 1, 0) and row.first_zero_grad_input > 120
+    assert monitor.compiled_regions >= 1 and monitor.hidden() is None
 
 
 def test_first_zero_from_the_real_stack_table_and_short_file():
@@ -211,3 +140,75 @@ def test_first_zero_from_the_real_stack_table_and_short_file():
     import transformers
 
     assert short_file(transformers.__file__) == "transformers/__init__.py"
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_forward_counted_once_in_its_own_module(reentrant, monkeypatch):
+    """The replayed forward pairs with the backward that reads it, in the real module, and is not counted again."""
+    model = confident(tiny("gemma2")).train()
+    batch = ids()
+    with monkeypatch.context() as patch:
+        capture = Capture(model, patch)
+        _step(model, batch)
+    expected = _expected(capture)
+    model.zero_grad(set_to_none=True)
+    model.activation_checkpointing_enable({"use_reentrant": reentrant})
+    replayed = Capture(model, monkeypatch)
+    with DeadZoneMonitor() as monitor:
+        _step(model, batch)
+    assert len(replayed.calls) == len(capture.calls) + 2  # both layers' attention ran again in the backward
+    assert _rows(monitor) == expected
+    assert {r.module: r.recomputed for r in monitor.rows()} == {
+        "model.layers.0.self_attn": 1, "model.layers.1.self_attn": 1, "Gemma2ForCausalLM": 0}
+    assert sum(z for *_, z, _ in expected.values()) > 0
+
+
+def test_two_models_and_two_instances_get_their_own_rows(monkeypatch):
+    first, second = confident(tiny("gemma2")), confident(tiny("gemma2"), logits=40.0, queries=400.0)
+    batch = ids()
+    expected = {}
+    for name, model in (("Gemma2ForCausalLM#1", first), ("Gemma2ForCausalLM#2", second)):
+        with monkeypatch.context() as patch:
+            capture = Capture(model, patch)
+            _step(model, batch)
+        expected |= {f"{name}/{m}": v for m, v in _expected(capture).items()}
+        model.zero_grad(set_to_none=True)
+    with DeadZoneMonitor() as monitor:
+        _step(first, batch)
+        _step(second, batch)
+    assert _rows(monitor) == expected
+    assert expected["Gemma2ForCausalLM#1/Gemma2ForCausalLM"] != expected["Gemma2ForCausalLM#2/Gemma2ForCausalLM"]
+    with DeadZoneMonitor(models={"teacher": first}) as named:
+        _step(first, batch)
+    assert {r.module for r in named.rows()} == {"teacher/Gemma2ForCausalLM", "teacher/model.layers.0.self_attn",
+                                                 "teacher/model.layers.1.self_attn"}
+
+
+def test_autocast_counts_in_the_format_the_cap_ran(monkeypatch):
+    """An fp32 model under bf16 autocast: the caps run on bf16 matmul outputs; counts equal the brute force."""
+    model = confident(tiny("gemma2", dtype=torch.float32))
+    capture = Capture(model, monkeypatch)
+    with DeadZoneMonitor() as monitor, torch.autocast("cpu", dtype=torch.bfloat16):
+        _step(model, ids())
+    assert {x.dtype for _, x, _ in capture.calls} == {torch.bfloat16}
+    assert _rows(monitor) == _expected(capture)
+    assert {r.dtype for r in monitor.rows()} == {"bfloat16"} and sum(r.zero_grad for r in monitor.rows()) > 0
+
+
+def test_every_n_watches_the_first_step_and_each_nth_only(monkeypatch):
+    model = confident(tiny("gemma2"))
+    batch = ids()
+    capture = Capture(model, monkeypatch)
+    _step(model, batch)  # the same batch and weights each step (no optimizer): every step counts alike
+    once = _expected(capture)
+    monitor = DeadZoneMonitor(every=2)
+    seen = []
+    for _ in range(5):
+        with monitor.step() as watched:
+            seen.append(watched)
+            _step(model, batch)
+    assert seen == [True, False, True, False, True] and (monitor.steps, monitor.watched) == (5, 3)
+    assert _rows(monitor) == {m: (3 * n, 3 * b, 3 * s, 3 * z, largest) for m, (n, b, s, z, largest) in once.items()}
+    assert {r.calls for r in monitor.rows()} == {3}
+    with pytest.raises(ValueError, match="every must be"):
+        DeadZoneMonitor(every=0)

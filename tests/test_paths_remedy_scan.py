@@ -13,7 +13,7 @@ import softcapgrad
 import recipes as paths
 from softcapgrad.laws import formats
 from softcapgrad.training import remedy
-from softcapgrad.models import scan
+from softcapgrad.models import scan, tensorfiles
 from softcapgrad.laws.descent import Setting
 from softcapgrad.laws.lowprecision import Backward, descend_low_precision
 from softcapgrad.training.remedy import softcap
@@ -173,7 +173,7 @@ def _write(kind: str, tmp_path, a: np.ndarray):
 
 @pytest.mark.parametrize("kind", [".npy", ".pt", ".safetensors"])
 def test_scan_counts_against_numpy(kind, tmp_path, monkeypatch):
-    monkeypatch.setattr(scan, "CHUNK", 1000)  # force several chunks
+    monkeypatch.setattr(tensorfiles, "CHUNK", 1000)  # force several chunks
     a = _data()
     path = _write(kind, tmp_path, a)
     keys = None if kind == ".npy" else ["scores"]

@@ -14,7 +14,8 @@ from safetensors.torch import save_file as save_pt
 import recipes as paths
 from softcapgrad.laws import formats
 from softcapgrad.core import progress
-from softcapgrad.models import scan
+from softcapgrad.models import scan, scantally, tensorfiles
+from softcapgrad.core.checks import InputError
 
 C = 30.0
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -81,7 +82,7 @@ def test_large_negative_values_live_for_the_sigmoid_dead_for_tanh(tmp_path):
 @pytest.mark.parametrize("kind", [".npy", ".safetensors", ".pt"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
 def test_counts_against_brute_force_in_every_kind(kind, dtype, tmp_path, monkeypatch):
-    monkeypatch.setattr(scan, "CHUNK", 4096)  # several chunks per tensor
+    monkeypatch.setattr(tensorfiles, "CHUNK", 4096)  # several chunks per tensor
     fmt = formats.resolve(dtype)
     with np.errstate(over="ignore"):
         a = _mixed().astype(fmt)
@@ -126,7 +127,7 @@ def test_npy_of_ml_dtypes_big_endian_and_long_double(tmp_path):
     for name in ("be.npy", "ld.npy"):
         s = _one(tmp_path / name)
         assert (s.count, s.nan_count, s.inf_count, s.max_abs, s.beyond) == (native.count, native.nan_count, native.inf_count, native.max_abs, native.beyond)
-    with pytest.raises(scan.InputError, match="--stored-as"):
+    with pytest.raises(InputError, match="--stored-as"):
         _one(tmp_path / "f8.npy")
     assert _one(tmp_path / "f8.npy", stored_as="fp8_e4m3fn").beyond[0]["count"] == 2
 
@@ -172,15 +173,15 @@ def test_thousands_of_tensors_and_non_float_ones_skipped(tmp_path):
     assert len(rows) == 3000 and not {"steps", "mask"} & {r["name"] for r in rows}
     dead = [r for r in report.tables[1].rows if r["path"] == "eager-bf16"]
     assert len(dead) == 3000 and sum(r["count"] for r in dead) == sum(_brute(v, _zone("eager-bf16")) for v in tensors.values() if v.dtype.kind == "f")
-    with pytest.raises(scan.InputError, match="'mask' holds U8, not floating-point"):
+    with pytest.raises(InputError, match="'mask' holds U8, not floating-point"):
         scan.scan_report(tmp_path / "many.safetensors", C, ["eager-bf16"], ["mask"])
 
 
 def test_sampled_distribution_exact_counts(tmp_path, monkeypatch):
-    monkeypatch.setattr(scan, "SAMPLE_FROM", 1000)
+    monkeypatch.setattr(scantally, "SAMPLE_FROM", 1000)
     a = _mixed(3, 50_000)
     s = _one_from(a)
-    assert s.sample_step == scan.SAMPLE_STEPS[0]  # 50,000 values: the smallest step
+    assert s.sample_step == scantally.SAMPLE_STEPS[0]  # 50,000 values: the smallest step
     assert s.beyond[0]["count"] == _brute(a, _zone("eager-bf16"))
     finite = np.sort(np.abs(a[~np.isnan(a)].astype(np.float64)))
     median = [q for q in s.attenuation_quantiles if q["q"] == 0.5][0]["abs_a"]
@@ -190,7 +191,7 @@ def test_sampled_distribution_exact_counts(tmp_path, monkeypatch):
 
 def test_progress_reports_every_byte(tmp_path, monkeypatch):
     monkeypatch.setattr(scan, "PROGRESS_BYTES", 0)
-    monkeypatch.setattr(scan, "CHUNK", 1000)
+    monkeypatch.setattr(tensorfiles, "CHUNK", 1000)
     np.save(tmp_path / "p.npy", np.ones(4500, np.float32))
     seen = []
 

@@ -237,3 +237,42 @@ def test_chunked_gate_matches_the_formula():
     terms = (beta * (1 - f64) * sig * (1 - sig)).nan_to_num().abs().sum(0)
     assert bool((grad[4:8] == 0).all())  # F = 1: no loss gradient
     assert bool(((grad.double() - exact).abs() <= 8 * F32_EPS * terms).all())
+
+
+@pytest.mark.parametrize("lr, wd, n", [(1e-3, 0.5, 16_000), (1e-2, 5.0, 1_600), (0.15, 0.5, 107)])
+def test_the_push_descent_is_torch_adam_within_its_roundings(lr, wd, n):
+    """The wd section's float32 Adam (numpy, one rounding per operation) against torch.optim.Adam and the
+    same spring. They may differ only by roundings: a step's update differs by a few ulps of itself
+    and each step rounds θ once; the spring shrinks an error by (1 − k) per step, k = lr·wd, so the two
+    θ stay within 2·ulp(θ)/k of each other (4 ulps of θ per time constant 1/k)."""
+    import numpy as np
+
+    from softcapgrad.demos.tether_demo import adam_push_updates
+
+    theta = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.Adam([theta], lr=lr)
+    k = torch.tensor([lr * wd])
+    ours = np.float32(0.0)
+    u = adam_push_updates(lr, n)
+    for step in range(n):
+        theta.grad = -torch.ones(1)
+        opt.step()
+        with torch.no_grad():
+            theta.sub_(k * theta)
+        ours = np.float32(np.float32(ours + u[step]) - np.float32(np.float32(lr * wd) * np.float32(ours + u[step])))
+    got = float(theta.detach()[0])
+    bound = 2 * float(np.spacing(np.float32(abs(got)))) / (lr * wd)
+    assert abs(float(ours) - got) <= bound
+    assert abs(float(ours) - (1 - lr * wd) / wd) < 0.02 / wd  # and both sit at the document's 1/wd offset
+
+
+def test_the_push_descent_updates_are_adams_first_steps():
+    """Adam's first update under a constant gradient is lr·|g|/(|g| + ε) exactly up to float32 rounding:
+    the bias corrections make m̂ = g and v̂ = g² at t = 1."""
+    import numpy as np
+
+    from softcapgrad.demos.tether_demo import adam_push_updates
+
+    u = adam_push_updates(0.01, 3)
+    assert u.dtype == np.float32
+    assert abs(float(u[0]) - 0.01) <= 2 * float(np.spacing(np.float32(0.01)))

@@ -10,7 +10,7 @@ import os
 import sys
 
 from softcapgrad.cli import census, demos, ledger, laws, models, stacks
-from softcapgrad.cli.common import PROG, app
+from softcapgrad.cli.common import PROG, app, reader_gone, stdout_closed
 
 app.command()(laws.identity)
 app.command()(laws.ratchet)
@@ -27,11 +27,21 @@ app.command()(census.census)
 
 
 def main() -> None:
+    if stdout_closed():
+        print(f"{PROG}: error: standard output is closed; nothing can carry the answer (run it without >&-)",
+              file=sys.stderr)
+        os._exit(2)
     try:
         app(prog_name=PROG)
         code = 0
     except SystemExit as done:
         code = done.code
+    except BrokenPipeError:
+        code = reader_gone()
+    try:
+        sys.stdout.flush()  # here, not at the interpreter's exit, so a reader that left is seen
+    except BrokenPipeError:
+        code = reader_gone()
     _leave(code)
 
 

@@ -56,6 +56,8 @@ class _OneLineErrors(TyperGroup):
     @staticmethod
     def _report(err: Exception) -> int:
         kind = _kind(err)
+        if "BrokenPipeError" in kind:  # the reader stopped (| head): as a filter killed by SIGPIPE
+            return reader_gone()
         if "NoArgsIsHelpError" in kind:
             typer.echo(err.ctx.get_help())
             return 0
@@ -70,6 +72,32 @@ class _OneLineErrors(TyperGroup):
         typer.echo(f"{PROG}: internal error: {type(err).__name__}: {first} (please report it; "
                    "SOFTCAPGRAD_DEBUG=1 shows where)", err=True)
         return 3
+
+
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a filter whose reader went away
+
+
+def reader_gone() -> int:
+    """stdout's reader has closed the pipe: point stdout at /dev/null, so that the flush at exit
+    does not fail again, and exit quietly with SIGPIPE_EXIT (``| head -1`` is not an error of ours)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    return SIGPIPE_EXIT
+
+
+def stdout_closed() -> bool:
+    """Started with no standard output at all (``>&-``): nothing could carry the answer."""
+    if sys.stdout is None:
+        return True
+    try:
+        os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return True
+    except Exception:  # a replaced stream without a descriptor (a test runner's buffer) is open
+        return False
+    return False
 
 
 app = typer.Typer(
@@ -106,6 +134,21 @@ def not_with(given: dict[str, object], why: str) -> None:
     used = [name for name, value in given.items() if value not in (None, [], ())]
     if used:
         raise InputError(f"{', '.join(used)} {'does' if len(used) == 1 else 'do'} not apply {why}")
+
+
+def cap_in_format(name: str, value: float, fmt, why: str = "") -> float:
+    """A cap the format holds as a normal number: below, a/c loses its digits or the cap rounds to 0;
+    above, it rounds to inf. ``why``: what computes in ``fmt``."""
+    from softcapgrad.core.checks import positive
+    from softcapgrad.laws import formats
+
+    positive(name, value)
+    info = formats.finfo(fmt)
+    lo, hi = float(info.smallest_normal), float(info.max)
+    if not lo <= value <= hi:
+        raise InputError(f"{name} {value:g}: {why or 'the cap is computed'} in {fmt.name}, "
+                         f"whose normal numbers lie in [{lo:.4g}, {hi:.4g}]")
+    return float(value)
 
 
 def seed_in_range(seed: int | None) -> int:
@@ -158,11 +201,36 @@ def _progress_on_stderr(show: bool, what: str) -> Iterator[None]:
         yield
 
 
+DEFAULT_WIDTH, MIN_WIDTH = 100, 40
+
+
+def output_width(isatty: bool, columns: str | None, terminal: int | None = None) -> int:
+    """The width tables are laid out for: the terminal's (or COLUMNS') when it is a positive integer,
+    else DEFAULT_WIDTH for a pipe or file; never below MIN_WIDTH, where a table folds into one
+    record per row (a width of 0 or 5 would leave nothing readable)."""
+    width = None
+    if columns is not None and columns.strip().isdigit() and int(columns) > 0:
+        width = int(columns)
+    elif isatty and terminal:
+        width = terminal
+    return max(MIN_WIDTH, width or DEFAULT_WIDTH)
+
+
 def _console():
+    import shutil
+
     from rich.console import Console
 
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 100) or 100)
-    return Console(width=width, highlight=False)
+    isatty = sys.stdout.isatty()
+    terminal = shutil.get_terminal_size((0, 0)).columns if isatty else None
+    width = output_width(isatty, os.environ.get("COLUMNS"), terminal)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1 here; emit decides the exit code
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(width=width, height=25, highlight=False, _environ={})
 
 
 def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: Path | None = None,
@@ -172,6 +240,7 @@ def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: 
     ``--plot`` is checked (extra installed, path writable) before the computation, so a bad
     path never costs the result.
     """
+    written = []
     try:
         if plot is not None:
             from softcapgrad.ledger import figures
@@ -182,17 +251,25 @@ def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: 
         with _progress_on_stderr(sys.stderr.isatty() and not json_out, f"{PROG} {command}".strip()):
             report = build()
             if plot is not None:
-                figures.plot(report, plot)
+                written.append(figures.plot(report, plot))
     except InputError as err:
         typer.echo(f"{PROG}: error: {err}", err=True)
         raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        typer.echo(f"{PROG}: interrupted; no file was written or changed", err=True)
+    except KeyboardInterrupt as err:
+        from softcapgrad.core.files import Interrupted
+
+        what = (err.message if isinstance(err, Interrupted) else
+                f"{written[0]} was written; nothing else" if written else "no file was written or changed")
+        typer.echo(f"{PROG}: {what if what.startswith('interrupted') else 'interrupted; ' + what}", err=True)
         raise typer.Exit(130) from None
-    if json_out:
-        typer.echo(as_json(report))
-    else:
-        render_table(report, _console(), wide=wide)
+    try:
+        if json_out:
+            typer.echo(as_json(report))
+        else:
+            render_table(report, _console(), wide=wide)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise typer.Exit(reader_gone()) from None
     if not report.ok:
         raise typer.Exit(1)
 

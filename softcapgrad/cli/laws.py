@@ -8,8 +8,9 @@ import typer
 from softcapgrad.core.checks import at_least, finite, increasing_range, positive, positives, within
 from softcapgrad.core.names import DYNAMICS_BACKWARDS, KNEE_FUNCTIONS, KNEE_STACKS, STACK_PATHS
 from softcapgrad.cli.common import (
-    Caps, choice, Dtypes, emit, InputError, Json, not_with, one_of, pick, Plot, Report, Wide
+    Caps, cap_in_format, choice, Dtypes, emit, InputError, Json, not_with, one_of, pick, Plot, Report, Wide
 )
+from softcapgrad.core.checks import fp32_cap, in_range
 
 
 MAX_POINTS = 50_000_000  # the autograd check holds about 10 float64 arrays of this length: 4 GB
@@ -31,7 +32,9 @@ def identity(
     def build() -> Report:
         from softcapgrad.laws.attenuation import MAX_A_OVER_C, identity_report
 
-        c = positive("--cap", cap)
+        import numpy as np
+
+        c = cap_in_format("--cap", cap, np.dtype(np.float64), "a/c and the closed forms are computed")
         at_least("--points", points, 2)
         if points > MAX_POINTS:
             raise InputError(f"--points {points}: at most {MAX_POINTS:,} (memory grows with the grid)")
@@ -57,8 +60,15 @@ def ratchet(
     def build() -> Report:
         from softcapgrad.laws.attenuation import ratchet_report
 
-        caps = positives("--cap", cap or [30.0])
+        import numpy as np
+
         levels = [within("--level", f, 0.0, 1.0, closed_lo=True) for f in (level or [0.9, 0.99, 0.999])]
+        top = math.atanh(max(levels))
+        caps = [cap_in_format("--cap", c, np.dtype(np.float64), "a = c·atanh(f) is computed") for c in cap or [30.0]]
+        for c in caps:  # the largest level's input must stay finite too
+            if top > 0:
+                in_range("--cap", c, 0.0, float(np.finfo(np.float64).max) / top,
+                         f"a = c·atanh({max(levels):g}) = {top:.4g}·c must stay a finite float64")
         return ratchet_report(caps, levels, curve=plot is not None)
 
     emit(build, json_out, wide, plot, "ratchet")
@@ -88,6 +98,9 @@ def knee(
 
         dtypes = formats.resolve_many(dtype or ["bf16"])
         caps = positives("--cap", cap or [])
+        named = [] if any(d.strip().lower() == "all" for d in dtype or []) else dtypes
+        for fmt in named:  # under 'all' a horizon is the real number c·x_knee, in no format
+            caps = [cap_in_format("--cap", c, fmt, "the horizon's a/c is computed") for c in caps]
         backends = pick("--backend", backend, KNEE_BACKENDS, ["exact"])
         fns = pick("--fn", fn, KNEE_FUNCTIONS, ["tanh"])
         if "tanh" not in fns:
@@ -132,6 +145,7 @@ def horizon(
         caps = positives("--cap", cap or [30.0, 50.0])
         probes = [float(positive("--at", a)) for a in at] if at else None
         if path:
+            caps = [fp32_cap("--cap", c) for c in caps]
             from softcapgrad.stacks.reports import horizon_paths_report
             from softcapgrad.stacks.registry import STACKS, Sigmoid, resolve_path
 
@@ -153,6 +167,9 @@ def horizon(
         fmt = formats.resolve(dtype or "bf16")
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
+        caps = [cap_in_format("--cap", c, fmt, "a/c and the tanh are computed") for c in caps]
+        if fmt.itemsize < 4:  # the fp32 column divides by the same cap in fp32
+            caps = [fp32_cap("--cap", c) for c in caps]
         largest = float(formats.finfo(fmt).max)
         for a in probes or []:
             if a > largest:
@@ -196,7 +213,7 @@ def dynamics(
         if fmt.name not in ("bfloat16", "float16", "float32", "float64"):
             raise InputError(f"--dtype {dtype}: dynamics runs in bf16, fp16, fp32 or fp64")
         setting = Setting(
-            cap=positive("--cap", cap),
+            cap=cap_in_format("--cap", cap, fmt, "the cap is computed"),
             lr=positive("--lr", lr),
             threshold=within("--threshold", threshold, 0.0, 1.0),
             classes=at_least("--classes", classes, 2),

@@ -19,13 +19,17 @@ def positive(name: str, value: float) -> float:
 FP32_NORMAL_RANGE = (2.0**-126, 3.4028234663852886e38)  # smallest normal and largest finite fp32
 
 
+def in_range(name: str, value: float, lo: float, hi: float, why: str) -> float:
+    """lo <= value <= hi, else one line that names the range and why it is the range."""
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise InputError(f"{name} {value:g}: {why}, so it must lie in [{lo:.4g}, {hi:.4g}]")
+    return float(value)
+
+
 def fp32_cap(name: str, value: float) -> float:
     """A cap the stacks can divide by: the eager and compiled caps compute a/c in fp32."""
-    lo, hi = FP32_NORMAL_RANGE
     positive(name, value)
-    if not lo <= value <= hi:
-        raise InputError(f"{name} {value!r}: the stacks compute a/c in fp32, so the cap must lie in [{lo:.4g}, {hi:.4g}]")
-    return float(value)
+    return in_range(name, value, *FP32_NORMAL_RANGE, "the stacks compute a/c in fp32 (normal range)")
 
 
 def positives(name: str, values: Iterable[float]) -> list[float]:

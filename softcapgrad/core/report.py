@@ -218,16 +218,38 @@ def format_cell(value: Any, number: Callable[[float], str] | None = None) -> str
 # --- rich rendering --------------------------------------------------------------------------
 
 
+def _shown(table: Table, wide: bool) -> tuple[list[str], dict[str, list[str]]]:
+    """The columns printed and each one's cells as text, one number format per column."""
+    columns = [c for c in (table.columns or tuple(table.rows[0])) if c not in table.wide]
+    if wide:
+        columns += [c for c in table.wide if c not in columns]
+    formats = {c: number_format([r.get(c) for r in table.rows], table.digits or SIGNIFICANT) for c in columns}
+    return columns, {c: [format_cell(r.get(c), formats[c]) for r in table.rows] for c in columns}
+
+
+def _folded(table: Table, wide: bool):
+    """A table too wide for the terminal, folded: one quantity/value block per row, so no number is cut."""
+    from rich.table import Table as RichTable
+
+    columns, text = _shown(table, wide)
+    blocks = []
+    for i in range(len(table.rows)):
+        out = RichTable(show_header=False, title=f"row {i + 1} of {len(table.rows)}", title_justify="left")
+        out.add_column("quantity")
+        out.add_column("value", overflow="fold")
+        for c in columns:
+            if text[c][i] not in ("", "—"):
+                out.add_row(label(c), text[c][i])
+        blocks.append(out)
+    return blocks
+
+
 def _rich_table(table: Table, wide: bool):
     """Numbers and names are never wrapped or cut: each column is at least as wide as its widest cell
     and the longest word of its header, so only headers (between words) and notes wrap."""
     from rich.table import Table as RichTable
 
-    columns = [c for c in (table.columns or tuple(table.rows[0])) if c not in table.wide]
-    if wide:
-        columns += [c for c in table.wide if c not in columns]
-    formats = {c: number_format([r.get(c) for r in table.rows], table.digits or SIGNIFICANT) for c in columns}
-    text = {c: [format_cell(r.get(c), formats[c]) for r in table.rows] for c in columns}
+    columns, text = _shown(table, wide)
     if len(table.rows) == 1 and len(columns) > 3:  # one result: quantity / value pairs read better
         out = RichTable(header_style="bold", show_header=False)
         out.add_column("quantity")
@@ -242,13 +264,41 @@ def _rich_table(table: Table, wide: bool):
         numeric = any(_is_number(v) for v in cells) and all(v is None or _is_number(v) for v in cells)
         widest = max(len(line) for t in text[c] for line in (t.splitlines() or [""]))
         word = max(len(w) for w in label(c).split())
-        # only a header longer than every cell can give width back; marking the others no_wrap keeps rich's
-        # narrowing on those headers (it would otherwise narrow a column that min_width then widens again)
-        out.add_column(label(c), justify="right" if numeric else "left", min_width=max(widest, word),
-                       no_wrap=len(label(c)) <= widest)
+        least = _least(c, text[c], numeric)
+        # only a header longer than every cell, or text that may wrap between words, can give width back;
+        # marking the others no_wrap keeps rich's narrowing off them (it would otherwise narrow a column
+        # that min_width then widens again)
+        out.add_column(label(c), justify="right" if numeric else "left", min_width=least,
+                       no_wrap=len(label(c)) <= widest and least == widest)
     for i in range(len(table.rows)):
         out.add_row(*(text[c][i] for c in columns))
     return out
+
+
+def _narrowest(table: Table, wide: bool) -> int:
+    """Columns the drawn table needs at least: every cell whole and each header's longest word,
+    plus the box (one rule and two spaces of padding per column, one closing rule)."""
+    columns, text = _shown(table, wide)
+    if len(table.rows) == 1 and len(columns) > 3:  # quantity / value pairs
+        cells = [max(len(w) for w in label(c).split()) for c in columns], [len(t[0]) for t in text.values()]
+        return max(cells[0]) + max(cells[1]) + 7
+    need = [_least(c, text[c], all(v is None or _is_number(v) for v in (r.get(c) for r in table.rows))) for c in columns]
+    return sum(need) + 3 * len(need) + 1
+
+
+def _least(column: str, cells: list[str], numeric: bool) -> int:
+    """A column's narrowest width: a number's whole cell; text may wrap between words, never inside one."""
+    words = [len(w) for w in label(column).split()]
+    if numeric:
+        return max(words + [len(line) for t in cells for line in (t.splitlines() or [""])])
+    return max(words + [len(w) for t in cells for w in t.split()] + [1])
+
+
+def _fitting(rendered, table: Table, wide: bool, console) -> list:
+    """The table as drawn when its narrowest layout fits the console, else folded one row per block."""
+    if _narrowest(table, wide) <= console.width:
+        return [rendered]
+    return _folded(table, wide)
 
 
 def render_table(report: Report, console, wide: bool = False) -> None:
@@ -264,6 +314,7 @@ def render_table(report: Report, console, wide: bool = False) -> None:
         if not table.rows or not table.show:
             continue
         console.print(table.title, style="bold", highlight=False, markup=False)  # wraps at the console, not the table
-        console.print(_rich_table(table, wide))
+        for block in _fitting(_rich_table(table, wide), table, wide, console):
+            console.print(block)
     for note in report.notes:
         console.print(f"• {note}", highlight=False, markup=False)

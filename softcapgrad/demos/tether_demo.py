@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from functools import cache
 
+import numpy as np
 import torch
 
 from softcapgrad.core.report import Report, Table
@@ -20,10 +21,16 @@ from softcapgrad.core.names import TETHER_SECTIONS as SECTIONS
 PUSH_LRS = [1e-3, 1e-2, 1.5e-1]  # a 150× range
 PUSH_WDS = [20.0, 5.0, 0.5]
 BETA = 6.0
+# The collapse run is float64: in float32 the CPU's vector kernels (sigmoid, the pow of Adam's bias
+# correction, randn's Box–Muller) differ in the last place between AVX-512, AVX2 and ATen's scalar
+# code, and a hundred Adam steps carry that into the 7th digit, enough to move a line of the figure
+# by a pixel. In float64 the same differences stay near 1e-16. (The wd section is float32 numpy,
+# one rounding per operation: the same bits everywhere.)
+DTYPE = torch.float64
 
 
 def _signal(gen: torch.Generator, tokens: int, means: torch.Tensor) -> torch.Tensor:
-    return means + torch.randn(tokens, means.numel(), generator=gen)
+    return means + torch.randn(tokens, means.numel(), generator=gen, dtype=DTYPE)
 
 
 def _adam(params: list[torch.Tensor], lr: float):
@@ -49,9 +56,9 @@ def _adam(params: list[torch.Tensor], lr: float):
 
 def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, checkpoints: list[int]) -> list[dict]:
     """A branch that only adds noise: loss = mean((g·b)²) closes any gate the optimizer controls."""
-    means = torch.tensor([-0.5, 0.0, 0.5, 1.0])
-    tether = TetherGate(4, beta=BETA)
-    plain_theta = torch.zeros(4, requires_grad=True)
+    means = torch.tensor([-0.5, 0.0, 0.5, 1.0], dtype=DTYPE)
+    tether = TetherGate(4, beta=BETA).to(DTYPE)
+    plain_theta = torch.zeros(4, dtype=DTYPE, requires_grad=True)
     # one Adam and one gradient call for both gates: Adam is per parameter and neither loss reaches
     # the other gate, so each θ moves exactly as under its own optimizer
     thetas = [tether.theta, plain_theta]
@@ -62,7 +69,7 @@ def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, check
     rows = []
     for step in range(steps + 1):
         s = _signal(gen, 256, means)
-        branch = torch.randn(256, 4, generator=gen)
+        branch = torch.randn(256, 4, generator=gen, dtype=DTYPE)
         g_t = tether(s)
         g_p = torch.sigmoid(BETA * (s - plain_theta))
         if step in wanted:
@@ -79,35 +86,56 @@ def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, check
 
 
 def steady_push(lrs: list[float], wds: list[float], steps: int | None = None) -> list[dict]:
-    """Adam under a constant closing gradient, the spring after each step; one optimizer per lr.
+    """Adam under a constant closing gradient, the spring after each step (float32, as a training step
+    computes it, but the same bits on every CPU: :func:`adam_push_updates`).
 
     Computed once per process for each argument list (the ledger and the figure share it).
     """
     return [dict(r) for r in _steady_push(tuple(lrs), tuple(wds), steps)]
 
 
+def adam_push_updates(lr: float, n: int) -> np.ndarray:
+    """The first ``n`` updates Adam (β₁ = 0.9, β₂ = 0.999, ε = 1e-8) makes under a constant gradient of −1.
+
+    Adam's state never sees θ, so under a constant gradient its updates are one sequence, the same
+    for every element: m ← m + (1 − β₁)(g − m), v ← β₂v + (1 − β₂)g², θ ← θ − (lr/(1 − β₁ᵗ))·m/(√v/√(1 − β₂ᵗ) + ε),
+    written out as torch's single-tensor Adam writes it, in float32 with every operation rounded once
+    (numpy's), so that the figure is the same on every CPU. torch's own kernels fuse the m update into
+    one rounding on AVX2/AVX-512 but not in their scalar build, and their float32 √ is not always the
+    correctly rounded one, so torch's Adam itself differs between CPUs in the last bits.
+    """
+    f32 = np.float32
+    w, b2, s2, eps, g = f32(1 - 0.9), f32(0.999), f32(1 - 0.999), f32(1e-8), f32(-1.0)
+    m = v = f32(0.0)
+    out = np.empty(n, dtype=np.float32)
+    for t in range(1, n + 1):
+        m = f32(m + f32(w * f32(g - m)))
+        v = f32(f32(v * b2) + f32(f32(s2 * g) * g))
+        denom = f32(f32(np.sqrt(v) / f32((1 - 0.999**t) ** 0.5)) + eps)
+        out[t - 1] = f32(f32(f32(-lr / (1 - 0.9**t)) * m) / denom)
+    return out
+
+
 @cache
 def _steady_push(lrs: tuple[float, ...], wds: tuple[float, ...], steps: int | None) -> list[dict]:
     rows = []
     for lr in lrs:
-        gate = TetherGate(len(wds), beta=BETA)
-        gate.ema_s.zero_()  # θ* = −logit(0.5)/β = 0
-        theta = gate.theta
-        adam = _adam([theta], lr)
-        push = [-torch.ones_like(theta)]  # ∂L/∂θ < 0: descent raises θ, closing the gate
-        k = torch.tensor([lr * wd for wd in wds])
+        # TetherGate's anchor with the EMA at 0 is θ* = −logit(0.5)/β = 0; the spring is θ ← θ − k(θ − θ*)
+        k = np.array([lr * wd for wd in wds], dtype=np.float32)
         n = steps or int(min(20_000, math.ceil(8 / float(k.min()))))
-        history = torch.empty(n, len(wds))
-        with torch.no_grad():
+        updates = adam_push_updates(lr, n)  # ∂L/∂θ = −1: descent raises θ, closing the gate
+        theta = np.zeros(len(wds), dtype=np.float32)
+        history = np.empty((n, len(wds)), dtype=np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):  # lr·wd ≥ 2 diverges, as the table says
             for step in range(n):
-                adam(push)
-                theta.sub_(k * theta)  # θ ← θ − k(θ − θ*), θ* = 0
-                history[step].copy_(theta)
+                theta = theta + updates[step]
+                theta = theta - k * theta
+                history[step] = theta
         final = history[-1]
         for j, wd in enumerate(wds):
             kj = lr * wd
-            reach = (history[:, j] >= (1 - math.exp(-1)) * final[j]).nonzero()
-            stable = bool(torch.isfinite(history[:, j]).all()) and abs(float(final[j])) < 10 / max(wd, 1e-12)
+            reach = np.flatnonzero(history[:, j] >= (1 - math.exp(-1)) * final[j])
+            stable = bool(np.isfinite(history[:, j]).all()) and abs(float(final[j])) < 10 / max(wd, 1e-12)
             rows.append({
                 "lr": lr, "wd": wd, "lr_wd": kj, "steps": n,
                 "offset": float(final[j]), "one_over_wd": 1 / wd, "exact_offset": (1 - kj) / wd,
@@ -120,13 +148,15 @@ def _steady_push(lrs: tuple[float, ...], wds: tuple[float, ...], steps: int | No
 
 
 def stability_boundary(lr: float = 0.01, wd_grid: int = 400, steps: int = 400) -> float:
-    """Smallest lr·wd on a grid at which the pushed spring no longer settles (|θ| grows)."""
-    ks = torch.linspace(0.05, 4.0, wd_grid, dtype=torch.float64)
-    d = torch.zeros_like(ks)
-    for _ in range(steps):
-        d = (d + lr) * (1 - ks)  # Adam's step under a constant push is lr; then the spring
-    settled = d.abs() < 10 * lr / ks
-    return float(ks[(~settled).nonzero()[0]]) if (~settled).any() else math.inf
+    """Smallest lr·wd on a grid at which the pushed spring no longer settles (|θ| grows); float64 numpy,
+    whose grid and steps round the same on every CPU."""
+    ks = np.linspace(0.05, 4.0, wd_grid, dtype=np.float64)
+    d = np.zeros_like(ks)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(steps):
+            d = (d + lr) * (1 - ks)  # Adam's step under a constant push is lr; then the spring
+        unsettled = ~(np.abs(d) < 10 * lr / ks)
+    return float(ks[np.flatnonzero(unsettled)[0]]) if unsettled.any() else math.inf
 
 
 # --- the clamp --------------------------------------------------------------------------------

@@ -1,17 +1,10 @@
-"""The correction in exact arithmetic: gradient descent on a confidently wrong logit, in float64.
+"""Correcting a confidently wrong logit by gradient descent, in float64: the reference every format is held to.
 
-softcapgrad.md, "What the attenuation does not do". One wrong class with pre-cap logit a, the
-correct class fixed at logit y, K − 2 further classes at 0, cross-entropy on the correct class:
-
-    z = c·tanh(a/c)           p = e^z / (e^z + e^y + K − 2)
-    dL/da = p · sech²(a/c)     (uncapped: z = a, dL/da = p)
-    a ← a − lr · dL/da          until p < threshold
-
-The step count is the Euler discretisation of the flow da/dt = −lr·p·sech², so
-
-    N ≈ ∫_{a_end}^{a0} da / (lr · p(a) · sech²(a/c)),   p(a_end) = threshold,
-
-and the pointwise factor 1/sech²(a0/c) applies only while p ≈ 1 — the short confident phase.
+softcapgrad.md, "What the attenuation does not do". Each start a0 is walked in plain Python floats,
+a ← a − lr·p(z)·sech²(a/c) with z = c·tanh(a/c) (or z = a uncapped), until the wrong class's probability
+p falls below the threshold; the runs record the steps, the confident phase (p above ``confident``) and its
+mean attenuation, and how much log-gradient varies from step to step. The setting and the runs' shape
+are shared with the low-precision descent (softcapgrad.laws.lowprecision) and the report (dynamics).
 """
 
 from __future__ import annotations

@@ -162,6 +162,9 @@ def knee(dtype: np.dtype, caps: list[float], fn: str = "tanh") -> tuple[Knee, Ba
 # --- reports ---------------------------------------------------------------------------------
 
 
+BACKWARD_LAW = {"tanh": "1 − y²", "sigmoid": "y(1 − y)"}  # autograd's backward from the stored output y
+
+
 def knee_answer(rows: list[dict], horizon_rows: list[dict]) -> tuple[str, ...]:
     tanh_rows = [r for r in rows if r["fn"] == "tanh"] or rows
     if len(tanh_rows) > 1:
@@ -170,7 +173,7 @@ def knee_answer(rows: list[dict], horizon_rows: list[dict]) -> tuple[str, ...]:
         return (
             f"Across these {len(tanh_rows)} formats {tanh_rows[0]['fn']}(x) rounds to exactly 1.0 from x = "
             f"{lo['knee_exact']:.4g} ({lo['dtype']}) up to x = {hi['knee_exact']:.4g} ({hi['dtype']}); past it the "
-            "gradient 1 − y² read from the stored output is exactly 0.",
+            f"gradient {BACKWARD_LAW[tanh_rows[0]['fn']]} read from the stored output is exactly 0.",
             "Each format's knee, its first value there and the pre-cap horizon per cap are in the tables below.",
         )
     r = tanh_rows[0]

@@ -124,16 +124,25 @@ def _horizon(c: float, name: str = "bf16"):
     return horizon(c, formats.resolve(name), [4.0 * c])
 
 
-# the real stacks whose fp32 tanh is their own (stacks.py): live where they run here, else recorded
-_FP32_STACKS = ("torch-compile-cpu", "torch-compile-cpu-scalar", "jax-jit-cpu",
+# the real stacks whose fp32 tanh is their own (stacks.py): live where they run here, else recorded. Only
+# stacks every install has (torch) or that are recorded: jax-jit-cpu needs the optional jax extra, and
+# the committed ledger must read the same with or without it (`knee --dtype fp32 --backend all` shows it)
+_FP32_STACKS = ("torch-compile-cpu", "torch-compile-cpu-scalar",
                 "torch-eager-cuda", "torch-compile-cuda", "tanh-approx-cuda", "jax-jit-cuda")
+
+
+LEDGER_SIMD = 256  # torch-compile-cpu compiled for AVX2 vectors, which every x86 class the ledger covers has
 
 
 @cache
 def _fp32_stack_knees() -> dict:
+    """The stacks' fp32 knees. torch-compile-cpu at a fixed vector width, not this process's: under
+    ATEN_CPU_CAPABILITY=default inductor would emit scalar code, and the ledger is the same on any CPU
+    (SLEEF's tanhf saturates at the same input at 256 and 512 bits)."""
     from softcapgrad.stacks.registry import knee
 
-    return {path: knee(path, "float32") for path in _FP32_STACKS}
+    return {path: knee(path, "float32", "tanh", LEDGER_SIMD if path == "torch-compile-cpu" else None)
+            for path in _FP32_STACKS}
 
 
 def _fp32_searches() -> dict[str, float]:

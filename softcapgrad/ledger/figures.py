@@ -29,6 +29,15 @@ def _plt():
     return plt
 
 
+def _label(ax, x: str, y: str, title: str, legend: bool = False) -> None:
+    """Axis labels (words with units), the title, and the legend when the axes carry labelled lines."""
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=7)
+
+
 def _table(report: Report, key: str) -> list[dict]:
     for t in report.tables:
         if t.key == key:
@@ -46,31 +55,39 @@ def attenuation_figure(identity: Report):
     for r in _table(identity, "horizons"):
         ax.axvline(r["a_over_c"], color="grey", lw=0.8, ls=":")
         ax.annotate(f"{r['dtype']} horizon", (r["a_over_c"], 2.0), rotation=90, fontsize=7, ha="right", va="top")
-    ax.set_xlabel("pre-cap input a / cap c (dimensionless)")
-    ax.set_ylabel("dz/da (dimensionless, log scale)")
-    ax.set_title("Attenuation falls exponentially with confidence; past each format's horizon it is exactly 0")
+    _label(ax, "pre-cap input a / cap c (dimensionless)", "dz/da (dimensionless, log scale)",
+           "Attenuation falls exponentially with confidence; past each format's horizon it is exactly 0")
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 0.12))
     return fig
 
 
 def knee_figure(knee: Report):
+    """The knee per format for tanh (or, when only the sigmoid was asked, for the sigmoid)."""
     plt = _plt()
-    rows = [r for r in knee.tables[0].rows if r["fn"] == "tanh"]
-    backends = [b for b in _table(knee, "backends") if b["fn"] == "tanh" and b["supported"] and b["backend"] != "exact"]
+    fns = [r["fn"] for r in knee.tables[0].rows]
+    fn = "tanh" if "tanh" in fns else fns[0]
+    rows = [r for r in knee.tables[0].rows if r["fn"] == fn]
+    backends = [b for b in _table(knee, "backends") if b["fn"] == fn and b["supported"] and b["backend"] != "exact"]
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     names = [r["dtype"] for r in rows]
     pos = {n: i for i, n in enumerate(names)}
-    ax.scatter([pos[n] for n in names], [r["knee_doc_formula"] for r in rows], marker="v", label="document formula (ln2/2)(p+2)")
-    ax.scatter([pos[n] for n in names], [r["knee_spacing"] for r in rows], marker="^", label="spacing below 1.0: ½ln(4/ε₋)")
+    if fn == "tanh":
+        ax.scatter([pos[n] for n in names], [r["knee_doc_formula"] for r in rows], marker="v",
+                   label="document formula (ln2/2)(p+2)")
+    ax.scatter([pos[n] for n in names], [r["knee_spacing"] for r in rows], marker="^",
+               label="spacing below 1.0: ½ln(4/ε₋)" if fn == "tanh" else "spacing below 1.0: ln(2/ε₋)")
     ax.scatter([pos[n] for n in names], [r["knee_exact"] for r in rows], marker="o", facecolors="none", edgecolors="k", s=60,
-               label="exact atanh(1 − ε₋/2)")
+               label="exact atanh(1 − ε₋/2)" if fn == "tanh" else "exact logit(1 − ε₋/2)")
     for backend, marker in (("numpy", "x"), ("torch", "+")):
         pts = [b for b in backends if b["backend"] == backend and b["dtype"] in pos]
+        if not pts:
+            continue
         ax.scatter([pos[b["dtype"]] for b in pts], [b["first_saturating_input"] for b in pts], marker=marker, s=60,
                    label=f"{backend}: first input stored as 1.0")
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=7)
-    ax.set_ylabel("x where tanh(x) is stored as 1.0 (dimensionless)")
-    ax.set_title("The document's knee formula sits below every real knee; fp32 backends differ")
+    ax.set_ylabel(f"x where {fn}(x) is stored as 1.0 (dimensionless)")
+    ax.set_title("The document's knee formula sits below every real knee; fp32 backends differ" if fn == "tanh"
+                 else "Where sigmoid(x) is stored as exactly 1.0, per format")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -92,10 +109,8 @@ def horizon_figure(horizon: Report):
             floor = min(r["grad_exact"] for r in pts) / 4
             ax.plot([r["a"] for r in dead], [floor] * len(dead), "x", color=line.get_color(),
                     label=f"autograd exactly 0.0 (drawn at {floor:.1e}), c = {cap:g}")
-    ax.set_xlabel("pre-cap input a (logit units)")
-    ax.set_ylabel("dz/da through the cap (log scale)")
-    ax.set_title(f"In {horizon.params['dtype']} the gradient is a coarse staircase, then exactly zero past the horizon")
-    ax.legend(fontsize=7)
+    _label(ax, "pre-cap input a (logit units)", "dz/da through the cap (log scale)",
+           f"In {horizon.params['dtype']} the gradient is a coarse staircase, then exactly zero past the horizon", legend=True)
     return fig
 
 
@@ -134,10 +149,8 @@ def dynamics_figure(reports: list[Report]):
             ax.axvspan(min(stalled), max(stalled), color=line.get_color(), alpha=0.15, label=f"{label}: stalled (gradient exactly 0)")
     first = _table(reports[0], "sweep")
     ax.semilogy([r["a0"] for r in first], [r["pointwise_factor"] for r in first], "k:", label="pointwise factor 1/sech²(a0/c)")
-    ax.set_xlabel("starting pre-cap logit a0 of the wrong class (logit units)")
-    ax.set_ylabel("slowdown (ratio, log scale)")
-    ax.set_title("End-to-end slowdown: mild at moderate a0, steep for deep starts; bf16 stalls past its horizon")
-    ax.legend(fontsize=7)
+    _label(ax, "starting pre-cap logit a0 of the wrong class (logit units)", "slowdown (ratio, log scale)",
+           "End-to-end slowdown: mild at moderate a0, steep for deep starts; bf16 stalls past its horizon", legend=True)
     return fig
 
 
@@ -151,10 +164,7 @@ def gates_figure(gates: Report):
         ax.bar([i - w / 2 for i in idx], [r[key] for r in rows], w, label="logits [1, 2, 3]")
         ax.bar([i + w / 2 for i in idx], [r[f"{key}_after"] for r in rows], w, label="z₃ raised by 1")
         ax.set_xticks(idx, [f"z{i}" for i in idx])
-        ax.set_xlabel("output index")
-        ax.set_ylabel(f"{key} output (dimensionless)")
-        ax.set_title(title)
-        ax.legend(fontsize=7)
+        _label(ax, "output index", f"{key} output (dimensionless)", title, legend=True)
     fig.suptitle("Raising z₃ takes share from every other softmax output; the other softplus outputs do not move")
     fig.tight_layout()
     return fig
@@ -169,18 +179,13 @@ def tether_figure(tether: Report):
     ax1.plot(steps, [r["plain_mean_gate"] for r in rows], label="plain learned gate")
     ax1.plot(steps, [r["tether_mean_gate"] for r in rows], label="TetherGate (wd = 20)")
     ax1.plot(steps, [r["tether_floor"] for r in rows], ":", label="TetherGate floor F")
-    ax1.set_xlabel("training step")
-    ax1.set_ylabel("mean gate opening (0–1)")
-    ax1.set_title("collapse vs tether")
-    ax1.legend(fontsize=7)
+    _label(ax1, "training step", "mean gate opening (0–1)", "collapse vs tether", legend=True)
     for wd in sorted({r["wd"] for r in push}, reverse=True):
         pts = [r for r in push if r["wd"] == wd and r["regime"] in ("ok", "lr·wd not ≪ 1")]
         ax2.loglog([r["lr"] for r in pts], [r["offset"] for r in pts], "o-", label=f"measured, wd = {wd:g}")
         ax2.axhline(1 / wd, ls=":", color=ax2.lines[-1].get_color(), lw=0.8)
-    ax2.set_xlabel("learning rate (log scale)")
-    ax2.set_ylabel("θ − θ* at equilibrium (dotted: 1/wd)")
-    ax2.set_title("equilibrium offset vs lr")
-    ax2.legend(fontsize=7)
+    _label(ax2, "learning rate (log scale)", "θ − θ* at equilibrium (dotted: 1/wd)",
+           "equilibrium offset vs lr", legend=True)
     fig.suptitle("A plain gate collapses; the tether holds it near g_target, θ settling ≈ 1/wd off for lr·wd ≪ 1")
     fig.tight_layout()
     return fig
@@ -258,6 +263,10 @@ def check_plot_path(path: Path) -> None:
 def plot(report: Report, path: Path) -> Path:
     check_plot_path(path)
     return save(BUILDERS[report.command](report), path)
+
+
+REPRODUCED = ("attenuation.png", "knee.png", "horizon.png", "ratchet.png", "dynamics.png", "gates.png", "tether.png",
+              "audit.png")  # audit.png only with transformers installed
 
 
 def reproduce_figures() -> dict[str, bytes]:

@@ -130,36 +130,51 @@ def raw_values(outcomes: list[Outcome]) -> str:
 
 
 def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
-    """Check the arguments, evaluate, and write the ledger (and figures) atomically, all at the end.
+    """Check the arguments and every target, evaluate, and replace the ledger (and figures) as one set, last.
 
     A partial run (``only``) writes nothing unless ``force``: it would replace the full ledger with
-    a few rows. Figures are drawn into memory first and written with the ledger, so an interrupt
-    leaves the old results whole.
+    a few rows. Figures are drawn in a second process while this one evaluates the claims. Every
+    file is written into a temporary folder beside ``out`` and moved into place at the end
+    (core/files.replace_all): the old results stay whole until the new set is complete.
     """
     from pathlib import Path
 
-    from softcapgrad.core.files import writable_folder, write_atomic
+    from softcapgrad.core.files import check_targets, replace_all, writable_folder
     from softcapgrad.core.report import as_json
 
     out = Path(out)
     chosen = select(only)
     writable_folder(out, "--out")
     partial = len(chosen) < len(claims.CLAIMS)
+    ledger_files = [out / name for name in LEDGER_FILES] if not partial or force else []
+    drawn = None
     if figures and not partial:
-        from softcapgrad.ledger.figures import _plt
+        from softcapgrad.ledger.figures import REPRODUCED, _plt
 
         _plt()
-    outcomes = evaluate(chosen)
-    files: dict[Path, str | bytes] = {}
-    if not partial or force:
-        ledger = reproduce_report(outcomes, len(claims.CLAIMS) if partial else None)
-        files[out / "claims.json"] = as_json(ledger) + "\n"
-        files[out / "claims.md"] = markdown(outcomes)
-        files[out / "claims.raw.json"] = raw_values(outcomes)
-    if figures and not partial:
+    targets = ledger_files + ([out / "figures" / name for name in REPRODUCED] if figures and not partial else [])
+    if targets:  # the files themselves, and the folder beside --out where the set is staged
+        check_targets(targets, "--out")
+        writable_folder(out.parent if str(out.parent) else Path("."), "--out")
+    if figures and not partial:  # drawn in a second process while this one evaluates the claims
+        from softcapgrad.core.background import beside
         from softcapgrad.ledger.figures import reproduce_figures
 
-        files.update({out / "figures" / name: data for name, data in reproduce_figures().items()})
-    for path, data in files.items():
-        write_atomic(path, data)
-    return reproduce_report(outcomes, len(claims.CLAIMS) if partial else None, tuple(str(p) for p in files))
+        drawn = beside(reproduce_figures)
+    try:
+        outcomes = evaluate(chosen)
+    except BaseException:
+        if drawn is not None:
+            drawn.abandon()
+        raise
+    files: dict[Path, str | bytes] = {}
+    if drawn is not None:
+        files.update({out / "figures" / name: data for name, data in drawn().items()})
+    if ledger_files:
+        ledger = reproduce_report(outcomes, len(claims.CLAIMS) if partial else None)
+        files.update(zip(ledger_files, (as_json(ledger) + "\n", markdown(outcomes), raw_values(outcomes))))
+    written = replace_all(files, out) if files else []
+    return reproduce_report(outcomes, len(claims.CLAIMS) if partial else None, tuple(str(p) for p in written))
+
+
+LEDGER_FILES = ("claims.json", "claims.md", "claims.raw.json")

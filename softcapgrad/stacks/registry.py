@@ -71,7 +71,8 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
           "softcapgrad.softcap: the eager forward; the backward sech²(a/c) in fp32 from the saved input, rounded "
           "once: zero only where that underflows the format", fn="remedy"),
     Stack("torch-compile-cpu", "torch", "cpu", "torch-compile", ALL3,
-          f"torch.compile (inductor C++ vector code at this CPU's widest ISA): {_COMPILE}; tanh is SLEEF's tanhf_u10, "
+          f"torch.compile (inductor C++ vector code at the ISA it picks in this process: the CPU's widest, or the one "
+          f"ATEN_CPU_CAPABILITY names): {_COMPILE}; tanh is SLEEF's tanhf_u10, "
           "which returns exactly 1.0 past a fixed threshold below fp32's own knee"),
     Stack("torch-compile-cpu-scalar", "torch", "cpu", "torch-compile-scalar", ALL3,
           "the same graph in inductor's scalar C++ (cpp.simdlen = 1; what ATEN_CPU_CAPABILITY=default and a tensor of "
@@ -170,27 +171,37 @@ def runs_here(stack: Stack) -> str:
             except ImportError:
                 return "triton is not installed"
     if stack.engine == "torch-compile" and stack.device == "cpu":
+        import os
+
         from softcapgrad.stacks.runners import vector_simdlen
 
         if vector_simdlen() is None:
-            return "inductor has no vector ISA on this CPU (see torch-compile-cpu-scalar)"
+            capability = os.getenv("ATEN_CPU_CAPABILITY")
+            return (f"inductor emits scalar code in this process (ATEN_CPU_CAPABILITY={capability}): that is "
+                    "torch-compile-cpu-scalar" if capability else
+                    "inductor has no vector ISA on this CPU (see torch-compile-cpu-scalar)")
     return ""
 
 
-def _where(stack: Stack) -> str:
+def _where(stack: Stack, simd: int | None = None) -> str:
+    """Where a measurement ran; for compiled CPU code, the ISA and vector width that ran."""
     if stack.device == "cuda":
         import torch
 
         return f"measured on {torch.cuda.get_device_name()}"
     if stack.engine == "torch-compile":
-        from softcapgrad.stacks.runners import cpu_capability, vector_simdlen
+        from softcapgrad.stacks.runners import inductor_isa
 
-        return f"measured on this CPU ({cpu_capability()}, inductor vector width {vector_simdlen()} bits)"
+        isa = inductor_isa(simd or _simd(stack))
+        return f"measured on this CPU (inductor {isa[0]} vector code, {isa[1]} bits)" if isa else "measured on this CPU"
+    if stack.engine == "torch-compile-scalar":
+        return "measured on this CPU (inductor scalar code)"
     return "measured on this CPU"
 
 
 def _simd(stack: Stack) -> int | None:
-    """Inductor's C++ vector width for the stack: the CPU's own for vector code, 1 for scalar code, else None."""
+    """Inductor's C++ vector width for the stack: what inductor picks in this process for vector code
+    (honouring ATEN_CPU_CAPABILITY), 1 for scalar code, else None."""
     if stack.engine == "torch-compile-scalar":
         return 1
     if stack.engine == "torch-compile" and stack.device == "cpu":
@@ -216,8 +227,9 @@ def gradient(stack: Stack, values: np.ndarray, dtype: np.dtype, c: float, sigmoi
     return backends.tanh_approx(values, dtype, c, "grad")
 
 
-def saturates(stack: Stack, values: np.ndarray, dtype: np.dtype, fn: str = "tanh") -> np.ndarray:
-    """Whether the stack's tanh (sigmoid) returns exactly 1.0 for each value, live."""
+def saturates(stack: Stack, values: np.ndarray, dtype: np.dtype, fn: str = "tanh", simd: int | None = None) -> np.ndarray:
+    """Whether the stack's tanh (sigmoid) returns exactly 1.0 for each value, live (``simd``: a vector width
+    for compiled CPU code other than this process's own)."""
     from softcapgrad.stacks import runners as backends
 
     if stack.library == "jax":
@@ -225,15 +237,15 @@ def saturates(stack: Stack, values: np.ndarray, dtype: np.dtype, fn: str = "tanh
                                       device="gpu" if stack.device == "cuda" else "cpu")
     if stack.engine == "tanh-approx":
         return backends.tanh_approx(values, dtype, 1.0, "tanh") == 1.0
-    return backends.torch_saturates(values, dtype, fn, compiled=stack.engine != "torch-eager", simd=_simd(stack),
+    return backends.torch_saturates(values, dtype, fn, compiled=stack.engine != "torch-eager", simd=simd or _simd(stack),
                                     device=stack.device)
 
 
-def _from_switch(stack: Stack, scores: str, c: float | None, switch: formats.Switch) -> StackResult:
+def _from_switch(stack: Stack, scores: str, c: float | None, switch: formats.Switch, simd: int | None = None) -> StackResult:
     searched = ("every positive value of the format" if switch.method == "enumeration"
                 else f"bisection on the format's bit patterns, {switch.checked} values around the switch checked")
     return StackResult(stack.name, scores, c, switch.first_true, switch.monotone if switch.first_true is not None else None,
-                       "measured", f"{_where(stack)}; {searched}", switch.run_start, switch.last_false_after)
+                       "measured", f"{_where(stack, simd)}; {searched}", switch.run_start, switch.last_false_after)
 
 
 def _from_recording(stack: Stack, scores: str, c: float | None, quantity: str, why_absent: str) -> StackResult:
@@ -276,19 +288,30 @@ def first_zero(path: str, scores: str, c: float, sigmoid: Sigmoid = Sigmoid()) -
 
 
 @functools.cache
-def knee(path: str, scores: str = "float32", fn: str = "tanh") -> StackResult:
-    """The first input of the format whose tanh (sigmoid) the stack returns as exactly 1.0."""
+def knee(path: str, scores: str = "float32", fn: str = "tanh", simd: int | None = None) -> StackResult:
+    """The first input of the format whose tanh (sigmoid) the stack returns as exactly 1.0.
+
+    ``simd``: for torch-compile-cpu, a vector width of this CPU to compile for instead of the one
+    inductor picks in this process (the ledger uses one that every x86 class it covers has)."""
     stack, _ = resolve_path(path)
     scores = _check(stack, scores)
     if not stack.has_knee:
         return StackResult(stack.name, scores, None, None, None, "not measured",
                            "not a property of this stack: its tanh is another stack's (see the stack it builds on)")
-    why = runs_here(stack)
+    if simd is not None and not (stack.engine == "torch-compile" and stack.device == "cpu"):
+        raise ValueError(f"a vector width applies to torch-compile-cpu only, not {stack.name}")
+    if simd is not None:
+        from softcapgrad.stacks.runners import inductor_isa
+
+        why = "" if inductor_isa(simd) else f"this CPU has no {simd}-bit vector ISA for inductor"
+    else:
+        why = runs_here(stack)
     if not why:
         if fn != "tanh" and stack.library == "jax" or fn != "tanh" and stack.device == "cuda":
             return StackResult(stack.name, scores, None, None, None, "not measured", f"{fn} is not searched on {stack.name}")
         dtype = formats.resolve(scores)
-        return _from_switch(stack, scores, None, formats.find_switch(dtype, lambda v: saturates(stack, v, dtype, fn)))
+        return _from_switch(stack, scores, None, formats.find_switch(dtype, lambda v: saturates(stack, v, dtype, fn, simd)),
+                            simd)
     if fn != "tanh":
         return StackResult(stack.name, scores, None, None, None, "not measured", f"{why}; the recording has tanh only")
     return _from_recording(stack, scores, None, "first_saturating_input",

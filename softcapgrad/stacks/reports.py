@@ -20,31 +20,41 @@ def _row(path: str, scores: str, c: float, sigmoid: Sigmoid) -> dict:
             "monotone": r.monotone, "source": r.source, "reason": r.reason}
 
 
+def _span(mine: list[dict]) -> str:
+    """'a = lo (path) to hi (path)' over some rows of one scores format and cap."""
+    lo = min(mine, key=lambda r: r["first_zero_grad_input"])
+    hi = max(mine, key=lambda r: r["first_zero_grad_input"])
+    first = f"a = {lo['first_zero_grad_input']:.8g} ({lo['path']})"
+    return first if lo is hi else f"{first} to {hi['first_zero_grad_input']:.8g} ({hi['path']})"
+
+
 def _answer(rows: list[dict]) -> tuple[str, ...]:
+    """The range over every row of the tables, and, when sigmoid or remedy rows widen it, the tanh stacks' own."""
     found = [r for r in rows if r["first_zero_grad_input"] is not None]
-    plain = [r for r in found if STACKS[r["path"]].fn == "tanh"]
-    found = plain or found  # the range over the tanh caps; the sigmoid and the remedy only when asked alone
     sentences = []
     for scores in dict.fromkeys(r["scores"] for r in found):
         parts = []
         for c in dict.fromkeys(r["cap"] for r in found if r["scores"] == scores):
             mine = [r for r in found if r["scores"] == scores and r["cap"] == c]
-            lo = min(mine, key=lambda r: r["first_zero_grad_input"])
-            hi = max(mine, key=lambda r: r["first_zero_grad_input"])
-            parts.append(f"at c = {c:g} from a = {lo['first_zero_grad_input']:.8g} ({lo['path']})" if lo is hi else
-                         f"at c = {c:g} from a = {lo['first_zero_grad_input']:.8g} ({lo['path']}) to "
-                         f"{hi['first_zero_grad_input']:.8g} ({hi['path']})")
+            plain = [r for r in mine if STACKS[r["path"]].fn == "tanh"]
+            part = f"at c = {c:g} from {_span(mine)}"
+            if plain and len(plain) < len(mine):
+                part += f" (the plain tanh stacks: from {_span(plain)})"
+            parts.append(part)
         sentences.append(f"With {scores} scores the gradient through the cap is exactly 0 " + "; ".join(parts) + ".")
     odd = sorted({r["path"] for r in found if r["monotone"] is False})
     missing = sum(r["first_zero_grad_input"] is None for r in rows)
     tail = []
     if odd:
-        tail.append(f"not monotone on {', '.join(odd)} (zeros come and go before the run that lasts)")
+        tail.append(f"The dead zone is not monotone on {', '.join(odd)} (zeros come and go before the run that lasts)")
     if missing:
-        tail.append(f"{missing} cell(s) have no figure here (see the source column)")
+        cells = f"{missing} cell{'s' if missing > 1 else ''} of the table{'s' if len(sentences) > 1 else ''}"
+        tail.append(f"{cells} {'have' if missing > 1 else 'has'} no figure here (see the source column)")
+    if not found:
+        sentences.append("No stack asked for has a figure here at these caps.")
     if tail:
-        sentences.append("The dead zone is " + "; ".join(tail) + ".")
-    return tuple(sentences[:3])
+        sentences.append("; ".join(tail[:1] + [t[0].lower() + t[1:] for t in tail[1:]]) + ".")
+    return tuple(sentences)
 
 
 def by_cap(rows: list[dict], scores: str) -> list[dict]:

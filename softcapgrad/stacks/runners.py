@@ -45,22 +45,32 @@ def batched(values: np.ndarray, run: Callable[[np.ndarray], np.ndarray], width: 
 # --- torch -----------------------------------------------------------------------------------
 
 
-@functools.cache
-def vector_simdlen() -> int | None:
-    """The vector width (bits) inductor picks on this CPU when left to itself; None where it has none.
+def inductor_isa(simd: int | None = None) -> tuple[str, int] | None:
+    """The vector ISA inductor's C++ uses in this process, as (name, bits); None where it emits scalar code.
 
-    Set explicitly, it does not depend on ``ATEN_CPU_CAPABILITY``, which makes inductor emit scalar code.
-    """
+    ``simd`` None: what inductor picks when left to itself, the CPU's widest ISA or the one
+    ``ATEN_CPU_CAPABILITY`` names (``default``: scalar code). ``simd`` given: the ISA of that width,
+    which inductor uses whatever the environment says (None if this CPU has none of that width)."""
+    import os
+
     from torch._inductor import cpu_vec_isa
 
     isas = cpu_vec_isa.valid_vec_isa_list()
-    return isas[0].bit_width() if isas else None
+    if simd is None:
+        isa = cpu_vec_isa.get_isa_from_cpu_capability(os.getenv("ATEN_CPU_CAPABILITY"), isas, cpu_vec_isa.invalid_vec_isa) \
+            if isas else None
+    else:
+        isa = next((i for i in isas if i.bit_width() == simd), None)
+    return (str(isa).split()[0].upper(), isa.bit_width()) if isa else None
 
 
-def cpu_capability() -> str:
-    import torch
+def vector_simdlen() -> int | None:
+    """The vector width (bits) inductor uses in this process when left to itself; None: scalar code.
 
-    return torch.backends.cpu.get_cpu_capability()
+    Passed on explicitly (cpp.simdlen), so the stack runs exactly what a torch.compile in this
+    process runs, and its label says which ISA that is."""
+    found = inductor_isa()
+    return found[1] if found else None
 
 
 def formula(fn: str, c: float, sigmoid: tuple[float, float, float], upcast: bool) -> Callable:

@@ -30,5 +30,5 @@ def first_zero(path: str, scores: str, c: float, fn: str = "tanh"):
 class DeadZoneMonitor(monitor.DeadZoneMonitor):
     __doc__ = monitor.DeadZoneMonitor.__doc__
 
-    def __init__(self, keep_inputs: bool = False, first_zero: monitor.FirstZeroLookup = first_zero) -> None:
-        super().__init__(keep_inputs, first_zero)
+    def __init__(self, keep_inputs: bool = False, first_zero: monitor.FirstZeroLookup = first_zero, **options) -> None:
+        super().__init__(keep_inputs, first_zero, **options)

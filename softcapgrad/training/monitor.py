@@ -13,12 +13,18 @@ and keeps the largest |input|. Where the tanh's input is the output of a divisio
 zero-gradient input is then in units of a (otherwise of the tanh's own input, c = 1).
 
 Attribution is by the Python stack at the forward op: the innermost ``nn.Module`` being called
-(its name from the outermost one's ``named_modules``) and the first frame outside torch (file:line).
-Each backward op is paired with its forward through the saved output's storage. torch's
+(its name from the outermost one's ``named_modules``, learnt once per model, so that two models or
+two instances of a class keep their own rows) and the first frame outside torch (file:line).
+Each backward op is paired with its forward through the saved output's storage. A forward op run
+while autograd runs a backward is a replay (gradient checkpointing, reentrant or not): it is paired
+with the backward that reads it, in the module that first ran it, and not counted again. torch's
 ``ModuleTracker`` is not used: its global module hooks make torch 2.13's dynamo fail on a
 ``torch.compile``d module. Compiled regions run compiled under the monitor (the mode declares
-``ignore_compile_internals``); their ops are inside generated kernels, so the monitor counts how
-many compiled regions ran instead, and says that their tanh and sigmoid are not counted.
+``ignore_compile_internals``); their tanh runs inside generated kernels, whose backward recomputes it
+from the cap's input, so a compiled site is counted on that input against the compiled path's own
+first zero, through a do-nothing op that inductor's graph carries (softcapgrad.training.ingraph).
+A region compiled without it (before any monitor existed, or by another backend) and kernels such as
+flex_attention's are named in one line (``hidden``), not shown as zero.
 
 A ``TorchFunctionMode`` would cost less (318 Python calls per tiny Gemma 2 step against 849 aten
 ops), but dynamo traces function modes: a handler that records (frame walk, hooks) breaks the
@@ -29,18 +35,22 @@ device) when it fell back from a failed trace. A monitor must not change what it
 
 from __future__ import annotations
 
+import contextlib
 import io
-import os
 import sys
-import weakref
-from dataclasses import asdict, dataclass
-from typing import Callable
+import threading
+from dataclasses import asdict, astuple
 
 import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, Table, render_table
+from softcapgrad.training import ingraph
+from softcapgrad.training.attribution import (
+    CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
+)
+from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _merge, _Tally
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -49,162 +59,12 @@ BACKWARD = {aten.tanh_backward.default: "tanh", aten.sigmoid_backward.default: "
 SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True}  # op -> the number multiplies (True) or divides
 # one lookup per op, by identity (op overloads are singletons; their __hash__ runs Python code)
 _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("backward", fn) for op, fn in BACKWARD.items()} \
-    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()}
+    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} | {id(ingraph.OP): ("compiled", None)}
 LOW = (torch.bfloat16, torch.float16)
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_CALL = torch.nn.Module._call_impl.__code__
-
-
-# --- where a path's gradient dies: looked up by the caller ------------------------------------
-
-
-@dataclass(frozen=True)
-class FirstZero:
-    """A path's first zero-gradient input for one format and cap, and where that figure comes from."""
-
-    value: float | None
-    source: str
-
-
-FirstZeroLookup = Callable[[str, str, float, str], FirstZero]  # (path, scores format, c, fn)
-
-
-def no_lookup(path: str, scores: str, c: float, fn: str = "tanh") -> FirstZero:
-    return FirstZero(None, "not looked up")
-
-
-def path_name(device: str, compiled: bool = False) -> str:
-    return f"torch-{'compile' if compiled else 'eager'}-{device}"
-
-
-# --- where an op was called from ---------------------------------------------------------------
-
-
-def short_file(filename: str) -> str:
-    """A file relative to the import path entry holding it (site-packages, the project), else its name."""
-    best = ""
-    for entry in sys.path:
-        entry = os.path.join(os.path.abspath(entry or "."), "")
-        if filename.startswith(entry) and len(entry) > len(best):
-            best = entry
-    return filename[len(best):] if best else os.path.basename(filename)
-
-
-_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def module_name(module: torch.nn.Module, root: torch.nn.Module) -> str:
-    """``module``'s qualified name under ``root`` (``model.layers.0.self_attn``); the root by its class."""
-    if root not in _names:
-        _names[root] = {id(m): name for name, m in root.named_modules(remove_duplicate=False)}
-    name = _names[root].get(id(module))
-    return name if name else type(module).__name__
-
-
-def call_site(frame) -> tuple[str, str]:
-    """(module, file:line) of the op whose dispatch runs below ``frame``."""
-    inner = outer = None
-    site = None
-    while frame is not None:
-        code = frame.f_code
-        if code is _CALL:
-            module = frame.f_locals.get("self")
-            inner = inner or module
-            outer = module
-        elif site is None and not code.co_filename.startswith(_TORCH_DIR):
-            site = f"{short_file(code.co_filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    module = "Global" if inner is None else module_name(inner, outer)
-    return module, site or "(torch)"
-
-
-# --- compiled regions --------------------------------------------------------------------------
-
-
-class CompiledRegions:
-    """Counts compiled regions entered (dynamo cache hits and new compilations) while active."""
-
-    def __init__(self) -> None:
-        self.entered = 0
-        self.supported = True
-        self._previous = None
-
-    def _hit(self, cache_hit: bool) -> bool:
-        if cache_hit:
-            self.entered += 1
-        return self._previous(cache_hit) if self._previous is not None else cache_hit
-
-    def _compile(self, args) -> None:
-        if args.callback_trigger.name == "DYNAMO":
-            self.entered += 1
-
-    def __enter__(self):
-        try:
-            from torch._C._dynamo.eval_frame import set_guard_complete_hook
-            from torch._dynamo.callback import callback_handler
-        except ImportError:
-            self.supported = False
-            return self
-        self._previous = set_guard_complete_hook(self._hit)
-        callback_handler.register_start_callback(self._compile)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if not self.supported:
-            return
-        from torch._C._dynamo.eval_frame import set_guard_complete_hook
-        from torch._dynamo.callback import callback_handler
-
-        set_guard_complete_hook(self._previous)
-        callback_handler.remove_start_callback(self._compile)
+# wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
 
 
 # --- the monitor -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Site:
-    module: str
-    site: str
-    fn: str
-    dtype: str
-    device: str
-    cap: float | None
-
-
-class _Tally:
-    """Running sums of one site, kept as tensors on the op's device (no host sync per op)."""
-
-    __slots__ = ("calls", "count", "saturated", "max_abs", "backward_calls", "backward_count", "zero_grad", "inputs")
-
-    def __init__(self) -> None:
-        self.calls = self.count = self.backward_calls = self.backward_count = 0
-        self.saturated = self.max_abs = self.zero_grad = None
-        self.inputs: list[torch.Tensor] = []
-
-
-def _add(total, value):
-    return value if total is None else total + value
-
-
-@dataclass(frozen=True)
-class SiteRow:
-    module: str
-    site: str
-    fn: str
-    dtype: str
-    path: str
-    cap: float | None  # the divisor feeding the tanh (None: none seen, the tanh's own input)
-    calls: int
-    count: int  # elements through the forward
-    saturated: int  # stored output exactly ±1 (0 or 1 for the sigmoid)
-    backward_count: int  # elements through the backward
-    zero_grad: int | None  # backward exactly 0 with a non-zero upstream gradient (None: no backward seen)
-    max_abs: float  # largest |a|: c·(largest |a/c| as stored) with a cap, else max_abs_input
-    max_abs_input: float  # largest |input| of the tanh / sigmoid
-    first_zero_grad_input: float | None  # the path's, in units of a (c·tanh(a/c)) or of the sigmoid's input
-    source: str
-    saturated_fraction: float
 
 
 class DeadZoneMonitor(TorchDispatchMode):
@@ -213,27 +73,41 @@ class DeadZoneMonitor(TorchDispatchMode):
     ``keep_inputs=True`` also keeps a CPU fp32 copy of every tanh / sigmoid input (for audits that
     compare them with other paths' horizons). ``first_zero(path, scores, c, fn)`` gives each row its
     path's first zero-gradient input; ``softcapgrad.DeadZoneMonitor`` looks it up in the real-stack
-    table (softcapgrad.stacks.watch). Nothing in the monitored code changes: forward and backward
-    values are bit-identical with and without it.
+    table (softcapgrad.stacks.watch). ``models={"teacher": m}`` names a model's rows (otherwise rows
+    are qualified by class, and ``#k``, only when several models ran). ``compiled=True`` makes every
+    graph inductor compiles from now on count its caps (softcapgrad.training.ingraph). ``every=N``:
+    ``with monitor.step():`` watches one step in N. Nothing in the monitored code changes: forward and
+    backward values are bit-identical with and without it.
     """
 
     supports_higher_order_operators = True  # flex_attention and friends pass through, counted as hidden
 
-    def __init__(self, keep_inputs: bool = False, first_zero: FirstZeroLookup = no_lookup) -> None:
+    def __init__(self, keep_inputs: bool = False, first_zero: FirstZeroLookup = no_lookup,
+                 models: dict[str, torch.nn.Module] | None = None, compiled: bool = True, every: int = 1) -> None:
         super().__init__()
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be a whole number ≥ 1, got {every!r}")
         self.keep_inputs = keep_inputs
         self.first_zero = first_zero
+        self.every = every
+        self.steps = self.watched = 0  # steps offered to step(), and steps watched (step() or with-blocks)
+        self._owners = Owners(models)
         self.higher_order: dict[str, int] = {}
         self._tallies: dict[Site, _Tally] = {}
         self._by_output: dict[int, Site] = {}  # forward output storage -> its site, for the backward
         self._scaled: tuple[int, tuple, float] | None = None  # last x/c: (data_ptr, shape, c)
         self._compiled = CompiledRegions()
+        self._zones: dict[tuple, float | None] = {}
+        self._reduced = False
+        if compiled:
+            ingraph.install()
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return True  # let torch.compile run compiled code; its ops stay out of sight (counted as regions)
+        return True  # let torch.compile run compiled code; its in-graph counters come back through dispatch
 
     def __enter__(self):
+        self.watched += 1
         self._compiled.__enter__()
         return super().__enter__()
 
@@ -242,6 +116,19 @@ class DeadZoneMonitor(TorchDispatchMode):
             return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
+            self._by_output.clear()  # storages are reused: a later watched step must not pair with these
+            self._scaled = None
+
+    @contextlib.contextmanager
+    def step(self):
+        """One training step: watched when it is one of every ``every`` (the first, then each N-th), else untouched."""
+        watch = self.steps % self.every == 0
+        self.steps += 1
+        if not watch:
+            yield False
+            return
+        with self:
+            yield True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -253,8 +140,10 @@ class DeadZoneMonitor(TorchDispatchMode):
             self._note_scale(role[1], args, out)
         elif role[0] == "forward":
             self._forward(role[1], args[0], out)
-        else:
+        elif role[0] == "backward":
             self._backward(role[1], args[0], args[1], out)
+        else:
+            self._compiled_input(*args)
         return out
 
     # -- recording
@@ -273,30 +162,94 @@ class DeadZoneMonitor(TorchDispatchMode):
         cap = None
         if fn == "tanh" and self._scaled is not None and self._scaled[:2] == (x.data_ptr(), tuple(x.shape)):
             cap = self._scaled[2]
-        module, where = call_site(sys._getframe(2))
-        site = Site(module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type, cap)
+        inner, outer, where = call_site(sys._getframe(2))
+        model, module = self._owners.owner(inner, outer)
+        site = Site(model, module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type, cap)
         tally = self._tallies.setdefault(site, _Tally())
         self._by_output[y.data_ptr()] = site
+        if recomputing():
+            tally.recomputed += 1
+            return
         tally.calls += 1
         tally.count += y.numel()
         if y.numel() == 0:
             return
         stuck = (y.abs() == 1) if fn == "tanh" else (y == 0) | (y == 1)
-        tally.saturated = _add(tally.saturated, stuck.sum())
-        big = x.detach().abs().max().float()
-        tally.max_abs = big if tally.max_abs is None else torch.maximum(tally.max_abs, big)
+        tally.saturated = _add(tally.saturated, torch.count_nonzero(stuck))  # a bool .sum() costs 4× more
+        tally.max_abs = _largest(tally.max_abs, x)
         if self.keep_inputs:
             tally.inputs.append(x.detach().float().cpu().reshape(-1))
 
     def _backward(self, fn: str, grad_output: torch.Tensor, output: torch.Tensor, grad_input: torch.Tensor) -> None:
         site = self._by_output.get(output.data_ptr())
         if site is None:  # its forward ran outside the monitor
-            site = Site("(forward not seen)", "(forward not seen)", fn, str(output.dtype).removeprefix("torch."),
+            site = Site(-1, "(forward not seen)", "(forward not seen)", fn, str(output.dtype).removeprefix("torch."),
                         output.device.type, None)
         tally = self._tallies.setdefault(site, _Tally())
         tally.backward_calls += 1
         tally.backward_count += grad_input.numel()
-        tally.zero_grad = _add(tally.zero_grad, ((grad_input == 0) & (grad_output != 0)).sum())
+        tally.zero_grad = _add(tally.zero_grad, torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
+
+    def _first_zero(self, path: str, dtype: str, cap: float | None, fn: str) -> FirstZero:
+        key = (path, dtype, cap, fn)
+        if key not in self._zones:
+            # A live lookup takes gradients (and may compile); inside a compiled region's forward the thread runs
+            # below autograd with dynamo off, so the lookup runs in a thread of its own, with torch's defaults.
+            found: list = []
+            worker = threading.Thread(target=lambda: found.append(self.first_zero(path, dtype, cap or 1.0, fn)))
+            worker.start()
+            worker.join()
+            self._zones[key] = found[0] if found else FirstZero(None, "the lookup failed")
+        return self._zones[key]
+
+    def _compiled_input(self, a: torch.Tensor, fn: str, below: str, where: str, cap: float) -> None:
+        """A cap inside compiled code: its input ``a`` against the compiled path's first zero (|a| ≥ it: dead)."""
+        if recomputing():
+            return
+        inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region
+        model, module = self._owners.owner(inner, outer, below=below)
+        file, _, line = where.rpartition(":")
+        dtype, device = str(a.dtype).removeprefix("torch."), a.device.type
+        site = Site(model, module, f"{short_file(file)}:{line}" if file else where, fn, dtype, device, cap or None,
+                    compiled=True)
+        tally = self._tallies.setdefault(site, _Tally())
+        tally.calls += 1
+        tally.count += a.numel()
+        if a.numel() == 0:
+            return
+        tally.max_abs = _largest(tally.max_abs, a)
+        edge = self._first_zero(path_name(device, compiled=True), dtype, site.cap, fn).value
+        if edge is not None:
+            tally.dead = _add(tally.dead, torch.count_nonzero(a.detach().abs() >= edge))
+
+    # -- many ranks
+
+    def all_reduce(self, group=None) -> None:
+        """Sum the counts over a torch.distributed process group (a collective: every rank calls it once, at
+        report time); afterwards ``rows()``, ``table()`` and ``report()`` give the totals on every rank."""
+        import torch.distributed as dist
+
+        if self._reduced:
+            raise RuntimeError("all_reduce() was already called: these counts are the sum over the ranks")
+        local: dict[tuple, list] = {}
+        for site, t in self._tallies.items():
+            qualifier = self._owners.qualifier(site.model)
+            key = (f"{qualifier}/{site.module}" if qualifier else site.module, *astuple(site)[2:])
+            local[key] = _merge(local[key], t.totals()) if key in local else t.totals()
+        gathered: list = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, local, group=group)
+        merged: dict[tuple, list] = {}
+        for part in gathered:
+            for key, totals in part.items():
+                merged[key] = _merge(merged[key], totals) if key in merged else totals
+        self._tallies = {}
+        for key, totals in sorted(merged.items(), key=lambda kv: repr(kv[0])):
+            tally = _Tally()
+            for name, value in zip(_Tally.__slots__, totals):
+                setattr(tally, name, value)
+            self._tallies[Site(-1, *key)] = tally
+        self._by_output = {}
+        self._reduced = True
 
     # -- results
 
@@ -305,17 +258,18 @@ class DeadZoneMonitor(TorchDispatchMode):
         return self._compiled.entered
 
     def hidden(self) -> str | None:
-        """One line when compiled code ran inside the monitor (its tanh and sigmoid were not seen)."""
+        """One line naming what ran inside the monitor and was not counted, if anything."""
         if not self._compiled.supported:
             return "this torch offers no way to see whether compiled regions ran; any tanh inside one was not counted"
+        parts = []
         n = self._compiled.entered
-        if n == 0 and not self.higher_order:
-            return None
-        what = f"{n} compiled region{'s' if n != 1 else ''}"
+        if n and not any(site.compiled for site in self._tallies):
+            parts.append(f"{n} compiled region{'s' if n != 1 else ''} ran with no in-graph counter (compiled before "
+                         "a monitor existed, or not by inductor): their tanh and sigmoid were not counted")
         if self.higher_order:
-            what += " and " + ", ".join(f"{k} ×{v}" for k, v in sorted(self.higher_order.items()))
-        return (f"{what} ran inside the monitor: the tanh and sigmoid ops inside them run in generated kernels, "
-                "are not counted here, and have their own dead zone (torch.compile and flex_attention paths, not eager)")
+            parts.append(", ".join(f"{k} ×{v}" for k, v in sorted(self.higher_order.items())) +
+                         " ran: a score_mod inside such a kernel (flex_attention) is not counted")
+        return "; ".join(parts) or None
 
     def inputs(self, site: Site) -> torch.Tensor:
         """Every recorded input of a site, flattened, fp32 on the CPU (``keep_inputs=True``)."""
@@ -328,47 +282,71 @@ class DeadZoneMonitor(TorchDispatchMode):
     def rows(self) -> list[SiteRow]:
         rows = []
         for site, t in self._tallies.items():
-            path = path_name(site.device)
-            stack = self.first_zero(path, site.dtype, site.cap or 1.0, site.fn)
-            saturated = 0 if t.saturated is None else int(t.saturated)
-            largest = 0.0 if t.max_abs is None else float(t.max_abs)
+            path = path_name(site.device, site.compiled)
+            stack = self._first_zero(path, site.dtype, site.cap, site.fn)
+            calls, recomputed, count, saturated, dead, largest, backward_calls, backward_count, zero_grad = t.totals()
+            if not site.compiled:
+                saturated = saturated or 0
+                dead = saturated  # eager backward 1 − y² (σ(1 − σ)) from the stored output: 0 exactly there
+            elif dead is None and stack.value is not None:
+                dead = 0
+            largest = largest or 0.0
+            qualifier = self._owners.qualifier(site.model)
             rows.append(SiteRow(
-                module=site.module, site=site.site, fn=site.fn, dtype=site.dtype, path=path, cap=site.cap,
-                calls=t.calls, count=t.count, saturated=saturated, backward_count=t.backward_count,
-                zero_grad=None if t.backward_calls == 0 else int(t.zero_grad),
-                max_abs=largest if site.cap is None else site.cap * largest, max_abs_input=largest,
-                first_zero_grad_input=stack.value, source=stack.source,
-                saturated_fraction=saturated / t.count if t.count else 0.0,
+                module=f"{qualifier}/{site.module}" if qualifier else site.module, site=site.site, fn=site.fn,
+                dtype=site.dtype, path=path, cap=site.cap, calls=calls, recomputed=recomputed, count=count,
+                saturated=saturated, dead=dead, backward_count=backward_count,
+                zero_grad=None if backward_calls == 0 else zero_grad,
+                max_abs=largest if site.cap is None or site.compiled else site.cap * largest,
+                max_abs_input=largest, first_zero_grad_input=stack.value, source=stack.source,
+                saturated_fraction=None if saturated is None else saturated / count if count else 0.0,
+                dead_fraction=None if dead is None else dead / count if count else 0.0,
             ))
         return rows
 
     def report(self) -> Report:
         rows = [asdict(r) for r in self.rows()]
         hidden = self.hidden()
-        low = [r for r in rows if r["dtype"] in ("bfloat16", "float16")]
-        dead = sum(r["zero_grad"] or 0 for r in rows)
-        if rows:
-            answer = [f"{len(rows)} tanh/sigmoid call site{'s' if len(rows) != 1 else ''} ran outside compiled code "
-                      f"({sum(r['count'] for r in rows):,} elements, {len(low)} in bf16/fp16); "
-                      f"{sum(r['saturated'] for r in rows):,} elements were stored as exactly ±1 (0 or 1) and "
-                      f"{dead:,} received an exactly-zero gradient from a non-zero upstream."]
-        else:
-            answer = ["No tanh or sigmoid ran outside compiled code" + (": nothing was counted." if hidden else ".")]
+        eager = [r for r in rows if not r["path"].startswith("torch-compile")]
+        compiled = [r for r in rows if r["path"].startswith("torch-compile")]
+        answer = []
+        if eager:
+            low = [r for r in eager if r["dtype"] in ("bfloat16", "float16")]
+            answer.append(
+                f"{len(eager)} tanh/sigmoid call site{'s' if len(eager) != 1 else ''} ran outside compiled code "
+                f"({sum(r['count'] for r in eager):,} elements, {len(low)} in bf16/fp16); "
+                f"{sum(r['saturated'] for r in eager):,} elements were stored as exactly ±1 (0 or 1) and "
+                f"{sum(r['zero_grad'] or 0 for r in eager):,} received an exactly-zero gradient from a non-zero upstream.")
+        if compiled:
+            unknown = [r for r in compiled if r["dead"] is None]
+            answer.append(
+                f"{len(compiled)} call site{'s' if len(compiled) != 1 else ''} inside compiled code "
+                f"{'were' if len(compiled) != 1 else 'was'} counted in the "
+                f"graph ({sum(r['count'] for r in compiled):,} elements); {sum(r['dead'] or 0 for r in compiled):,} "
+                "had an input past their compiled path's first zero-gradient input" +
+                (f" ({len(unknown)} site{'s' if len(unknown) != 1 else ''} on a path with no measured first zero)"
+                 if unknown else "") + ".")
+        if not rows:
+            answer.append("No tanh or sigmoid ran" + (": nothing was counted." if hidden else "."))
         if hidden:
             answer.append(hidden[0].upper() + hidden[1:] + ".")
         return Report(
             command="monitor",
-            params={"compiled_regions": self.compiled_regions},
+            params={"compiled_regions": self.compiled_regions, "steps_watched": self.watched, "all_reduced": self._reduced},
             tables=(
                 Table("rows", "tanh and sigmoid per module and call site", rows, show=False),
                 Table("where", "where each tanh / sigmoid ran", rows,
-                      ("module", "fn", "dtype", "cap", "first_zero_grad_input"), wide=("site", "path", "source"), json=False),
-                Table("counts", "what it did", rows, ("module", "count", "saturated", "zero_grad", "max_abs"),
-                      wide=("calls", "backward_count", "max_abs_input", "saturated_fraction"), json=False),
+                      ("module", "fn", "dtype", "path", "cap", "first_zero_grad_input"), wide=("site", "source"),
+                      json=False),
+                Table("counts", "what it did", rows, ("module", "count", "saturated", "dead", "zero_grad", "max_abs"),
+                      wide=("calls", "recomputed", "backward_count", "max_abs_input", "dead_fraction"), json=False),
             ),
             notes=(
-                "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the upstream gradient was not",
-                "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of the tanh input when no cap was seen)",
+                "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the "
+                "upstream gradient was not; dead: elements past the path's first zero-gradient input (eager: the "
+                "saturated ones; compiled: counted on the cap's input inside the graph)",
+                "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of "
+                "the tanh input when no cap was seen)",
             ),
             answer=tuple(answer),
         )

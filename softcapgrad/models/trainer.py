@@ -1,0 +1,117 @@
+"""``DeadZoneCallback``: the dead-zone monitor in a transformers ``Trainer``, logged like the loss.
+
+Every ``every`` optimizer steps (the first, then each N-th) the callback watches one step (all of its
+micro-batches) with ``softcapgrad.DeadZoneMonitor`` and asks the Trainer to log right after it. The
+figures go into the Trainer's own log (``state.log_history`` and whatever ``report_to`` reports to:
+TensorBoard, W&B, ...): one per cap site, ``dead_zone/<module>/<fn>`` (``<module>:<line>`` when a
+module has several sites), the fraction of the site's elements past its path's first zero-gradient
+input, and ``dead_zone/total`` over all sites. Under torch.distributed the counts are summed over
+the ranks first (``monitor.all_reduce()``, a collective every rank reaches at the same step).
+
+The values are added to the Trainer's log in this callback's ``on_log``, which it puts first among
+the Trainer's callbacks at train begin (the reporting integrations come before user callbacks
+otherwise, and would log without them). ``patch=True`` runs the model's tanh and sigmoid with the
+fp32 backward (``softcapgrad.patch``) from train begin to train end; the fractions then still count
+elements past the eager path's first zero, which the patch's gradient no longer drops.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import CallbackHandler
+
+from softcapgrad.stacks.watch import DeadZoneMonitor
+
+PREFIX = "dead_zone/"
+
+
+def fractions(rows) -> dict[str, float]:
+    """``dead_zone/<site>`` → the fraction of its elements past the first zero, and ``dead_zone/total``."""
+    rows = [r for r in rows if r.dead is not None and r.count]
+    per_module: dict[str, int] = {}
+    for r in rows:
+        per_module[(r.module, r.fn)] = per_module.get((r.module, r.fn), 0) + 1
+    out = {}
+    for r in rows:
+        name = f"{r.module}/{r.fn}"
+        if per_module[(r.module, r.fn)] > 1:  # several sites in one module: each by its line
+            name += f":{r.site.rsplit(':', 1)[-1]}"
+        out[PREFIX + name] = r.dead / r.count
+    count = sum(r.count for r in rows)
+    if count:
+        out[PREFIX + "total"] = sum(r.dead for r in rows) / count
+    return out
+
+
+class DeadZoneCallback(TrainerCallback):
+    """Watch one optimizer step in ``every`` and log its dead-zone fractions through the Trainer."""
+
+    def __init__(self, every: int = 100, patch: bool = False, **monitor_options) -> None:
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be a whole number ≥ 1, got {every!r}")
+        self.every = every
+        self.patch = patch
+        self.options = monitor_options
+        self.monitor: DeadZoneMonitor | None = None  # the monitor of the step being watched (or last watched)
+        self.pending: dict[str, float] = {}
+        self._patched = None
+        self.last: DeadZoneMonitor | None = None  # the last watched step's monitor, for its table
+
+    # -- order: first among the Trainer's callbacks, so that the integrations log what this one adds
+
+    def _first(self) -> None:
+        frame = sys._getframe(1)
+        while frame is not None:
+            handler = frame.f_locals.get("self")
+            if isinstance(handler, CallbackHandler) and self in handler.callbacks:
+                handler.callbacks = [self] + [c for c in handler.callbacks if c is not self]  # a new list: the
+                return  # loop running this event goes on over the old one
+            frame = frame.f_back
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._first()
+        if self.patch and model is not None:
+            from softcapgrad.training.fp32grad import patch
+
+            self._patched = patch(model)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._stop()
+        if self._patched is not None:
+            self._patched.remove()
+            self._patched = None
+
+    # -- one step in N
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0 and self.monitor is None:
+            self.monitor = DeadZoneMonitor(**self.options)
+            self.monitor.__enter__()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._stop():
+            control.should_log = True
+
+    def _stop(self) -> bool:
+        monitor, self.monitor = self.monitor, None
+        if monitor is None:
+            return False
+        monitor.__exit__(None, None, None)
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            monitor.all_reduce()
+        self.pending = fractions(monitor.rows())
+        self.last = monitor
+        return True
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self.pending:
+            return
+        if logs is not None:
+            logs.update(self.pending)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(self.pending)  # the Trainer put a copy of the logs there
+        self.pending = {}

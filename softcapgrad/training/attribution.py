@@ -1,0 +1,173 @@
+"""Where a monitored op ran: the module that called it, its model, its call site, whether autograd is
+replaying it (gradient checkpointing), and which compiled regions ran; and the shape of the first-zero
+lookup the monitor is handed (softcapgrad.stacks.watch gives the real-stack table's).
+
+Attribution walks the Python stack at the op: the innermost ``nn.Module`` being called and the first
+frame outside torch (file:line). A forward op that runs while autograd runs a backward is a replay.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_CALL = torch.nn.Module._call_impl.__code__
+WRAPPERS = ("OptimizedModule", "DistributedDataParallel")
+
+
+# --- where a path's gradient dies: looked up by the caller ------------------------------------
+
+
+@dataclass(frozen=True)
+class FirstZero:
+    """A path's first zero-gradient input for one format and cap, and where that figure comes from."""
+
+    value: float | None
+    source: str
+
+
+FirstZeroLookup = Callable[[str, str, float, str], FirstZero]  # (path, scores format, c, fn)
+
+
+def no_lookup(path: str, scores: str, c: float, fn: str = "tanh") -> FirstZero:
+    return FirstZero(None, "not looked up")
+
+
+def path_name(device: str, compiled: bool = False) -> str:
+    return f"torch-{'compile' if compiled else 'eager'}-{device}"
+
+
+# --- where an op was called from ---------------------------------------------------------------
+
+
+def short_file(filename: str) -> str:
+    """A file relative to the import path entry holding it (site-packages, the project), else its name."""
+    best = ""
+    for entry in sys.path:
+        entry = os.path.join(os.path.abspath(entry or "."), "")
+        if filename.startswith(entry) and len(entry) > len(best):
+            best = entry
+    return filename[len(best):] if best else os.path.basename(filename)
+
+
+def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:
+    """(innermost module, outermost module, file:line) of the op whose dispatch runs below ``frame``."""
+    inner = outer = None
+    site = None
+    while frame is not None:
+        code = frame.f_code
+        if code is _CALL:
+            module = frame.f_locals.get("self")
+            if type(module).__name__ not in WRAPPERS:
+                inner = inner or module
+                outer = module
+        elif site is None and not code.co_filename.startswith(_TORCH_DIR):
+            site = f"{short_file(code.co_filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return inner, outer, site or "(torch)"
+
+
+def recomputing() -> bool:
+    """Whether a forward op runs while autograd runs a backward: a replayed forward (gradient checkpointing,
+    either mode, recomputes the forward inside the backward) whose elements were counted when it first ran."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def class_name(module: torch.nn.Module) -> str:
+    """The module's class, through FSDP2's ``FSDP<Class>`` subclass."""
+    cls = type(module)
+    if cls.__name__.startswith("FSDP") and len(cls.__bases__) > 1 and cls.__bases__[1].__name__ == cls.__name__[4:]:
+        cls = cls.__bases__[1]
+    return cls.__name__
+
+
+class Owners:
+    """Each module's model and qualified name, learnt from the outermost module called around an op.
+
+    A model is registered the first time one of its ops runs, with every module under it; a forward
+    replayed inside the backward (transformers' checkpointing calls the layer's ``forward``, outside
+    the model) then finds its modules already owned. Two models (or two instances of one class) get
+    separate owners; ``qualifier`` names them only when more than one model ran.
+    """
+
+    def __init__(self, names: dict[str, torch.nn.Module] | None = None) -> None:
+        self._given = {id(m): name for name, m in (names or {}).items()}
+        self._of: dict[int, tuple[weakref.ref, int, str]] = {}  # id(module) -> (module, model index, name)
+        self.models: list[tuple[str, str | None]] = []  # (class name, given name)
+
+    def _register(self, root: torch.nn.Module) -> None:
+        index = len(self.models)
+        self.models.append((class_name(root), self._given.get(id(root))))
+        for name, m in root.named_modules(remove_duplicate=False):
+            known = self._of.get(id(m))
+            if known is None or known[0]() is not m:
+                name = ".".join(part for part in name.split(".") if part != "_orig_mod")  # a compiled submodule
+                self._of[id(m)] = (weakref.ref(m), index, name)
+
+    def owner(self, inner: torch.nn.Module | None, outer: torch.nn.Module | None, below: str = "") -> tuple[int, str]:
+        """(model index, name under the model) of ``inner`` (of its submodule ``below``, a dotted path inside a
+        compiled region); (-1, "Global") outside any module."""
+        if inner is None:
+            return -1, below or "Global"
+        known = self._of.get(id(inner))
+        if known is None or known[0]() is not inner:
+            self._register(outer)
+            known = self._of[id(inner)]
+        return known[1], ".".join(p for p in (known[2], below) if p) or class_name(inner)
+
+    def qualifier(self, index: int) -> str:
+        """How a row names its model: '' for one unnamed model, else the given name, the class, or class#k."""
+        if index < 0 or (len(self.models) < 2 and self.models[index][1] is None):
+            return ""
+        cls, given = self.models[index]
+        if given is not None:
+            return given
+        same = [i for i, (c, _) in enumerate(self.models) if c == cls]
+        return cls if len(same) == 1 else f"{cls}#{same.index(index) + 1}"
+
+
+# --- compiled regions --------------------------------------------------------------------------
+
+
+class CompiledRegions:
+    """Counts compiled regions entered (dynamo cache hits and new compilations) while active."""
+
+    def __init__(self) -> None:
+        self.entered = 0
+        self.supported = True
+        self._previous = None
+
+    def _hit(self, cache_hit: bool) -> bool:
+        if cache_hit:
+            self.entered += 1
+        return self._previous(cache_hit) if self._previous is not None else cache_hit
+
+    def _compile(self, args) -> None:
+        if args.callback_trigger.name == "DYNAMO":
+            self.entered += 1
+
+    def __enter__(self):
+        try:
+            from torch._C._dynamo.eval_frame import set_guard_complete_hook
+            from torch._dynamo.callback import callback_handler
+        except ImportError:
+            self.supported = False
+            return self
+        self._previous = set_guard_complete_hook(self._hit)
+        callback_handler.register_start_callback(self._compile)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.supported:
+            return
+        from torch._C._dynamo.eval_frame import set_guard_complete_hook
+        from torch._dynamo.callback import callback_handler
+
+        set_guard_complete_hook(self._previous)
+        callback_handler.remove_start_callback(self._compile)

@@ -1,0 +1,147 @@
+"""Counting a compiled cap from inside the compiled graph, without changing what the graph computes.
+
+Under ``torch.compile`` the cap ``c·tanh(a/c)`` becomes one fused loop, and its backward recomputes
+tanh from the saved input ``a`` in fp32: whether an element's gradient is exactly 0 is decided by
+``a`` alone, against the compiled path's own first zero-gradient input (``torch-compile-cpu``,
+``torch-compile-cuda``). So a cap is counted by looking at ``a``.
+
+An inductor pre-grad pass (installed by :func:`install`, before the model compiles) puts one call
+of the custom op ``softcapgrad::cap_input(a, fn, module, site, cap)`` in front of each tanh (and
+sigmoid) of the graph: the module path inside the compiled region and the source line come from
+the trace's metadata, c from a division (or product) by a constant. The op does nothing and returns
+nothing; it is declared side-effecting so that no pass removes it, and it only reads ``a``, so the
+forward and backward kernels compute the same bits. A dispatch mode (the monitor) sees each call
+with the real ``a`` and counts; outside a monitor a call costs one dispatch of an empty op. No
+compiled sigmoid stack has a measured first zero: a compiled sigmoid is counted, not judged.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+VERSION = "2"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
+
+
+@torch.library.custom_op("softcapgrad::cap_input", mutates_args=())
+def cap_input(a: torch.Tensor, fn: str, module: str, site: str, cap: float) -> None:
+    """Nothing: a dispatch mode sees the call, with the cap's input, inside compiled code.
+
+    ``module``: the module path inside the compiled region ("" for the region's own code); ``site``:
+    file:line of the tanh as traced; ``cap``: the c of a / c (0: no constant division before it).
+    The call carries its site itself, so a graph loaded from inductor's cache needs nothing else.
+    """
+
+
+@cap_input.register_fake
+def _cap_input_fake(a: torch.Tensor, fn: str, module: str, site: str, cap: float) -> None:
+    return None
+
+
+OP = torch.ops.softcapgrad.cap_input.default
+torch.fx.node.has_side_effect(OP)
+
+_TANH = {torch.tanh, torch.nn.functional.tanh, torch.Tensor.tanh}
+_SIGMOID = {torch.sigmoid, torch.nn.functional.sigmoid, torch.Tensor.sigmoid}
+_DIV = {operator.truediv, torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__}
+_MUL = {operator.mul, torch.mul, torch.Tensor.mul, torch.Tensor.__mul__}
+
+
+def _is(node: torch.fx.Node, functions: set, methods: tuple[str, ...]) -> bool:
+    if node.op == "call_function":
+        return node.target in functions
+    return node.op == "call_method" and node.target in methods
+
+
+def _numerator(x: torch.fx.Node) -> tuple[torch.fx.Node, float | None]:
+    """(a, c) where x is a / c or a · (1/c) with a constant c; else (x, None)."""
+    if _is(x, _DIV, ("div", "__truediv__", "true_divide")) and len(x.args) == 2 and not x.kwargs:
+        a, c = x.args
+        if isinstance(a, torch.fx.Node) and isinstance(c, (int, float)) and c not in (0, 1):
+            return a, abs(float(c))
+    if _is(x, _MUL, ("mul", "__mul__")) and len(x.args) == 2 and not x.kwargs:
+        a, k = x.args
+        if isinstance(k, torch.fx.Node):
+            a, k = k, a
+        if isinstance(a, torch.fx.Node) and isinstance(k, (int, float)) and k not in (0, 1):
+            return a, abs(1.0 / float(k))
+    return x, None
+
+
+def _where(node: torch.fx.Node) -> tuple[str, str]:
+    """(module path inside the region, file:line) from the node's trace metadata."""
+    stack = node.meta.get("nn_module_stack") or {}
+    path = ""
+    if stack:
+        path = list(stack.values())[-1][0]
+        path = path.split(".", 1)[1] if path.startswith("L[") and "." in path else ""
+    line = "(compiled)"
+    for text in reversed((node.meta.get("stack_trace") or "").splitlines()):
+        text = text.strip()
+        if text.startswith('File "'):
+            file, _, rest = text[len('File "'):].partition('", line ')
+            line = f"{file}:{rest.split(',')[0]}"
+            break
+    return path, line
+
+
+def _value(node: torch.fx.Node):
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def instrument(graph: torch.fx.Graph) -> int:
+    """Put a ``cap_input`` call before each tanh and sigmoid of a pre-grad graph; the number put."""
+    put = 0
+    for node in list(graph.nodes):
+        fn = "tanh" if _is(node, _TANH, ("tanh",)) else "sigmoid" if _is(node, _SIGMOID, ("sigmoid",)) else None
+        if fn is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        a, cap = _numerator(node.args[0]) if fn == "tanh" else (node.args[0], None)
+        value = _value(a)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            continue
+        path, line = _where(node)
+        with graph.inserting_before(node):
+            graph.call_function(OP, (a, fn, path, line, cap or 0.0))
+        put += 1
+    return put
+
+
+def _pass_base():
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    return CustomGraphPass
+
+
+class CountingPass(_pass_base()):
+    """The pre-grad pass; its uuid keys inductor's caches, so graphs compiled without it are not reused."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        instrument(graph)
+
+    def uuid(self) -> str:
+        return f"softcapgrad.cap_input v{VERSION}"
+
+
+PASS = CountingPass()
+
+
+def install() -> None:
+    """Make every graph inductor compiles from now on carry the counters (once per process)."""
+    from torch._inductor import config
+
+    current = config.pre_grad_custom_pass
+    if current is PASS or (isinstance(current, (list, tuple)) and any(p is PASS for p in current)):
+        return
+    if current is None:
+        config.pre_grad_custom_pass = PASS
+    else:
+        config.pre_grad_custom_pass = [*(current if isinstance(current, (list, tuple)) else [current]), PASS]
+
+
+def installed() -> bool:
+    from torch._inductor import config
+
+    current = config.pre_grad_custom_pass
+    return current is PASS or (isinstance(current, (list, tuple)) and any(p is PASS for p in current))

@@ -1,0 +1,79 @@
+"""What the monitor counts per site: the site's key, its running sums (tensors on the op's device, no
+host sync per op), and the row a report shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Site:
+    model: int  # the owner's index (-1: no module, or already qualified); rows qualify ``module`` by it
+    module: str
+    site: str
+    fn: str
+    dtype: str
+    device: str
+    cap: float | None
+    compiled: bool = False  # counted in-graph (softcapgrad.training.ingraph) on the cap's input
+
+
+class _Tally:
+    """Running sums of one site, kept as tensors on the op's device (no host sync per op)."""
+
+    __slots__ = ("calls", "recomputed", "count", "saturated", "dead", "max_abs", "backward_calls", "backward_count",
+                 "zero_grad", "inputs")
+
+    def __init__(self) -> None:
+        self.calls = self.recomputed = self.count = self.backward_calls = self.backward_count = 0
+        self.saturated = self.dead = self.max_abs = self.zero_grad = None
+        self.inputs: list[torch.Tensor] = []
+
+    def totals(self) -> list:
+        """The sums as plain numbers (one host sync per tensor), in ``__slots__`` order without the inputs."""
+        return [None if v is None else v.item() if isinstance(v, torch.Tensor) else v
+                for v in (getattr(self, k) for k in self.__slots__[:-1])]
+
+
+def _add(total, value):
+    return value if total is None else total + value
+
+
+def _largest(total, x: torch.Tensor):
+    """The running largest |x| (one pass: the min and max of x)."""
+    low, high = torch.aminmax(x.detach())
+    big = torch.maximum(-low, high).float()
+    return big if total is None else torch.maximum(total, big)
+
+
+def _merge(a: list, b: list) -> list:
+    """Two ranks' totals of one site: sums, and the larger ``max_abs`` (slot 5)."""
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        out.append(x if y is None else y if x is None else max(x, y) if i == 5 else x + y)
+    return out
+
+
+@dataclass(frozen=True)
+class SiteRow:
+    module: str
+    site: str
+    fn: str
+    dtype: str
+    path: str  # torch-eager-<device>, or torch-compile-<device> for a site counted inside compiled code
+    cap: float | None  # the divisor feeding the tanh (None: none seen, the tanh's own input)
+    calls: int
+    recomputed: int  # forward calls replayed inside the backward (checkpointing): paired with it, not counted again
+    count: int  # elements through the forward
+    saturated: int | None  # stored output exactly ±1 (0 or 1 for the sigmoid); None: compiled (not stored)
+    dead: int | None  # elements past the path's first zero-gradient input (None: the path's is not known)
+    backward_count: int  # elements through the backward
+    zero_grad: int | None  # backward exactly 0 with a non-zero upstream gradient (None: no backward seen)
+    max_abs: float  # largest |a|: c·(largest |a/c| as stored) with a cap, else max_abs_input
+    max_abs_input: float  # largest |input| of the tanh / sigmoid (compiled: of a)
+    first_zero_grad_input: float | None  # the path's, in units of a (c·tanh(a/c)) or of the sigmoid's input
+    source: str
+    saturated_fraction: float | None
+    dead_fraction: float | None
