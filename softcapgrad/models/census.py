@@ -87,8 +87,9 @@ def _alarm(signum, frame):
 
 
 def _clean(text: str) -> str:
-    """One line without machine paths: the library's folder as ``transformers/``, other paths by file name."""
-    text = " ".join(text.split())
+    """One line without machine paths (the library's folder as ``transformers/``, other paths by file name) or
+    object addresses (a number of nine digits or more, which changes from run to run)."""
+    text = re.sub(r"\b\d{9,}\b", "<address>", " ".join(text.split()))
     text = re.sub(r"(/[^\s:'\"]+)+/(transformers/)", r"\2", text)
     return re.sub(r"/(?:[^\s/:'\"]+/)+([^\s/:'\"]+)", r"\1", text)[:240]
 
