@@ -1,7 +1,7 @@
 # make reproduce: regenerate and check every document number (results/).
 # make test: the test suite. Both create .venv and install the pinned versions first.
 # make census: every soft-cap and gate of the installed transformers, found by running each model type tiny
-# (results/census.json, census.md, figures/census.png; about 8 minutes on one CPU core, so not part of make test).
+# (results/census.json, census.md, figures/census.png; 2 to 3 minutes on one CPU core; not part of make test).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
