@@ -313,7 +313,7 @@ def dynamics() -> list[Figure]:
 _MEMORY_PROBE = """
 import sys, threading, tracemalloc
 from pathlib import Path
-from softcapgrad.models import scan
+from softcapgrad.files import scan
 path = Path(sys.argv[1])
 zones = scan.dead_zones(["eager-bf16"], 30.0)
 def anon():
@@ -421,7 +421,7 @@ def _raw_torch(path: Path) -> None:
 
 
 def scan() -> list[Figure]:
-    from softcapgrad.models import scan as scanning
+    from softcapgrad.files import scan as scanning
 
     sizes = [int(x) for x in os.environ.get("BENCH_SCAN_MIB", "128,512,1024").split(",")]
     zones = scanning.dead_zones(["eager-bf16"], 30.0)

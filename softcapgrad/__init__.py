@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = ["DeadZoneCallback", "DeadZoneMonitor", "SoftCap", "fp32_tanh_backward", "patch", "softcap", "__version__"]
 
-_LAZY = {"DeadZoneCallback": "models.trainer",
+_LAZY = {"DeadZoneCallback": "integrations.trainer",
          "softcap": "training.remedy", "SoftCap": "training.remedy", "DeadZoneMonitor": "stacks.watch",
          "fp32_tanh_backward": "training.fp32grad", "patch": "training.fp32grad"}
 

@@ -13,7 +13,7 @@ import softcapgrad
 import recipes as paths
 from softcapgrad.laws import formats
 from softcapgrad.training import remedy
-from softcapgrad.models import scan, tensorfiles
+from softcapgrad.files import scan, tensorfiles
 from softcapgrad.laws.descent import Setting
 from softcapgrad.laws.lowprecision import Backward, descend_low_precision
 from softcapgrad.training.remedy import softcap

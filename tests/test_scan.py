@@ -14,7 +14,7 @@ from safetensors.torch import save_file as save_pt
 import recipes as paths
 from softcapgrad.laws import formats
 from softcapgrad.core import progress
-from softcapgrad.models import scan, scantally, tensorfiles
+from softcapgrad.files import scan, scantally, tensorfiles
 from softcapgrad.core.checks import InputError
 
 C = 30.0

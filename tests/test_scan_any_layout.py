@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from softcapgrad.models import tensorfiles  # noqa: E402
+from softcapgrad.files import tensorfiles  # noqa: E402
 
 
 def _scan(cli, path, *extra):
@@ -68,7 +68,7 @@ def test_a_file_cut_short_while_it_is_read_is_one_line_not_a_signal(tmp_path, ki
 import os, sys
 import numpy as np, torch
 from softcapgrad.core.checks import InputError
-from softcapgrad.models import scan, tensorfiles
+from softcapgrad.files import scan, tensorfiles
 path = {str(tmp_path / ("big" + kind))!r}
 values = np.linspace(-200, 200, 3 * tensorfiles.CHUNK, dtype=np.float32)
 if path.endswith(".npy"):

@@ -94,7 +94,7 @@ def test_callback_is_a_lazy_public_name():
     import subprocess
     import sys
 
-    from softcapgrad.models import trainer
+    from softcapgrad.integrations import trainer
 
     assert softcapgrad.DeadZoneCallback is trainer.DeadZoneCallback and "DeadZoneCallback" in softcapgrad.__all__
     code = "import sys, softcapgrad; print('transformers' in sys.modules, 'torch' in sys.modules)"

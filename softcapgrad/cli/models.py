@@ -31,7 +31,7 @@ def scan(
 
     def build() -> Report:
         from softcapgrad.laws import formats
-        from softcapgrad.models.scan import scan_report
+        from softcapgrad.files.scan import scan_report
         from softcapgrad.stacks.registry import STACKS, resolve_path
 
         c = fp32_cap("--cap", cap)

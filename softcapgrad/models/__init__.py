@@ -1,4 +1,5 @@
-"""What looks at real models and files: the audit of a transformers model (audit), the Gemma 2 driver
-(gemma2), the scan of saved tensors (scan) and a new recording of the CUDA stacks (record).
-Imports every layer below, never the ledger or the command line.
+"""What looks at real transformers models: the audit of one model (audit, caps, trace, contracts,
+runnable, audit_report), the census of every model type (census, tiny), the Gemma 2 driver (gemma2)
+and a new recording of the CUDA stacks (record). Imports every layer below, never the ledger or the
+command line.
 """

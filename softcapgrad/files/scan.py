@@ -36,9 +36,9 @@ import numpy as np
 
 from softcapgrad.core import progress
 from softcapgrad.laws.saturation import sech2
-from softcapgrad.models.scantally import BINS_PER_SIDE, DeadZone, _edges, _key_range, _Tally
-from softcapgrad.models import tensorfiles
-from softcapgrad.models.tensorfiles import Source, open_sources, select
+from softcapgrad.files.scantally import BINS_PER_SIDE, DeadZone, _edges, _key_range, _Tally
+from softcapgrad.files import tensorfiles
+from softcapgrad.files.tensorfiles import Source, open_sources, select
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 PROGRESS_BYTES = 256 << 20  # files above this show progress (when the command line draws it)
