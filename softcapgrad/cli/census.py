@@ -88,13 +88,13 @@ def census(
         import torch
 
         from softcapgrad.core import progress
-        from softcapgrad.core.files import writable_folder, write_atomic
+        from softcapgrad.core.files import check_targets, write_atomic
         from softcapgrad.models import audit, census as run
 
         target = None if out is not None and str(out).lower() == "none" else out
         implementations = tuple(pick("--attn", attn, audit.IMPLEMENTATIONS)) if attn else run.IMPLEMENTATIONS
         if target is not None:
-            writable_folder(target, "--out")
+            check_targets([target / name for name in FILES], "--out")
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny models: one thread is faster, and the same numbers on every machine
         start = time.perf_counter()

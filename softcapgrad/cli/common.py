@@ -260,8 +260,9 @@ def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: 
 
         what = (err.message if isinstance(err, Interrupted) else
                 f"{written[0]} was written; nothing else" if written else "no file was written or changed")
-        typer.echo(f"{PROG}: {what if what.startswith('interrupted') else 'interrupted; ' + what}", err=True)
-        raise typer.Exit(130) from None
+        told = what.startswith(("interrupted", "terminated"))
+        typer.echo(f"{PROG}: {what if told else 'interrupted; ' + what}", err=True)
+        raise typer.Exit(128 + int(getattr(err, "signum", 2))) from None  # 130 for SIGINT, 143 for SIGTERM
     try:
         if json_out:
             typer.echo(as_json(report))

@@ -2,13 +2,17 @@
 
 Every result, ledger and figure goes to a temporary file in the destination's own folder, is
 flushed to disk, and then replaces the destination with one ``os.replace``: an interrupt or a full
-disk leaves the old file (or none), never a truncated one.
+disk leaves the old file (or none), never a truncated one. Only a regular file or a new name is ever
+replaced: a symbolic link, FIFO, device node or folder in a target's place is refused, never followed
+or turned into a regular file, and every target is checked before the computation that fills it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -30,27 +34,84 @@ def readable_file(path: Path, kinds: tuple[str, ...], option: str = "") -> str:
     return kind
 
 
-def writable_target(path: Path, option: str) -> Path:
-    """Check, before any computation, that ``path`` can be written: its folder exists or can be made."""
+NAME_MAX = 255  # bytes in one path component: Linux, the BSDs and macOS alike (longer: ENAMETOOLONG)
+
+
+def _node_kind(mode: int) -> str:
+    """What a file system node other than a regular file is, in words."""
+    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def replaceable(path: Path, option: str = "") -> None:
+    """``path`` is absent or a regular file (not followed if a symbolic link): what a rename may replace.
+    A link, FIFO, device node or folder is refused, never replaced by a regular file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise InputError(f"{option} {path}: {err.strerror}".strip()) from None
+    if not stat.S_ISREG(mode):
+        kind = _node_kind(mode)
+        raise InputError(f"{option} {path}: is {kind}; only a regular file or a new name is replaced".strip()
+                         if kind != "a folder" else f"{option} {path}: is a folder, expected a file path".strip())
+
+
+def _names_fit(path: Path, option: str) -> None:
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise InputError(f"{option} {path}: a name in it is {size} bytes long; at most {NAME_MAX}")
+
+
+def _probe(folder: Path, option: str, shown: Path) -> None:
+    """Create and remove a file in ``folder``: the one test that no permission bit, read-only mount,
+    /proc or /sys file system, or root's bypass of the bits can fool."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".softcapgrad-probe.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise InputError(f"{option} {shown}: cannot write in {folder} ({err.strerror or err})") from None
+
+
+def writable_target(path: Path, option: str, new_folder: bool = False) -> Path:
+    """Check, before any computation, that the file ``path`` can be written whole: its name fits, it is a
+    regular file or a new name, and its folder exists (or, with ``new_folder``, can be made) and takes
+    new files."""
     path = Path(path)
-    if path.exists() and path.is_dir():
-        raise InputError(f"{option} {path}: is a folder, expected a file path")
+    _names_fit(path, option)
+    replaceable(path, option)
     folder = path.parent if str(path.parent) else Path(".")
-    writable_folder(folder, option)
+    if new_folder:
+        writable_folder(folder, option)
+    elif not folder.is_dir():
+        what = "is not a folder" if folder.exists() or folder.is_symlink() else "does not exist"
+        raise InputError(f"{option} {path}: {folder} {what}")
+    else:
+        _probe(folder, option, path)
     return path
 
 
 def writable_folder(folder: Path, option: str) -> Path:
+    """Check that ``folder`` is a folder that takes new files, or that its first existing ancestor is
+    one (the rest of the folder is made when the files are written)."""
     folder = Path(folder)
+    _names_fit(folder, option)
     probe = folder
     while not probe.exists():  # the first existing ancestor decides whether the folder can be made
-        if probe.parent == probe:
+        if probe.parent == probe or probe.is_symlink():
             break
         probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise InputError(f"{option} {folder}: {probe} is a file, not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {folder}: cannot write in {probe}")
+    if not probe.is_dir():
+        what = "a dangling symbolic link" if probe.is_symlink() and not probe.exists() else "a file"
+        raise InputError(f"{option} {folder}: {probe} is {what}, not a folder")
+    _probe(probe, option, folder)
     return folder
 
 
@@ -62,13 +123,22 @@ def umask_mode(full: int = 0o666) -> int:
     return full & ~mask
 
 
+def _temp_prefix(name: str) -> str:
+    """``.name.`` for a temporary name beside ``name``, cut so that the whole temporary name (mkstemp adds 8
+    characters and ``.tmp``) stays within NAME_MAX bytes."""
+    room = NAME_MAX - len(".") - len(".") - 8 - len(".tmp")
+    return "." + os.fsencode(name)[:room].decode(errors="ignore") + "."
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``; on success it replaces ``path``, on any failure it is removed.
-    The file gets the mode a plain ``open`` would give it under the user's umask."""
+    The file gets the mode a plain ``open`` would give it under the user's umask. A ``path`` that is
+    not a regular file (a link, FIFO, device node, folder) is refused, before and again at the rename."""
     path = Path(path)
+    replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, umask_mode())
     finally:
@@ -77,6 +147,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        replaceable(path)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -93,65 +164,98 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 class Interrupted(KeyboardInterrupt):
-    """An interrupt during :func:`replace_all`; ``message`` says exactly which files were replaced."""
+    """An interrupt (SIGINT) or termination (SIGTERM) during :func:`replace_all`; ``message`` says exactly
+    which files were replaced, ``signum`` which signal came."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
         self.message = message
+        self.signum = signum
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM while the set is being written: unwound like an interrupt, so the stage is removed."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated
+
+
+def _handle(handler, signums: tuple[int, ...]) -> dict:
+    """``handler`` for each of ``signums``; the previous handlers, to put back. Off the main thread no
+    handler can be set: nothing is held."""
+    previous = {}
+    for signum in signums:
+        try:
+            previous[signum] = signal.signal(signum, handler)
+        except ValueError:
+            break
+    return previous
+
+
+def _put_back(previous: dict) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def check_targets(paths: list[Path], option: str) -> None:
-    """Before any computation: each target can be replaced (its folder exists or can be made and
-    is writable; the target is not a folder), and so can the folder beside which the set is staged."""
+    """Before any computation: each target can be replaced (a regular file or a new name; its folder
+    exists or can be made, and takes new files)."""
     for path in paths:
-        writable_target(path, option)
-        folder = Path(path).parent
-        if folder.exists() and not os.access(folder, os.W_OK | os.X_OK):
-            raise InputError(f"{option} {folder}: cannot write in {folder}")
+        writable_target(path, option, new_folder=True)
+
+
+def _verb(signum: int) -> str:
+    return "terminated" if signum == signal.SIGTERM else "interrupted"
 
 
 def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
     """Write every file into a temporary folder beside ``out``, then move them into place, last.
 
-    An interrupt while the files are written leaves every target as it was; during the moves (a
-    few renames) it is held back until they are done, so the set is replaced whole or not at all.
-    Either way an :class:`Interrupted` says which. Returns the targets, in order."""
-    import signal
-
+    An interrupt or a SIGTERM while the files are written leaves every target as it was (the stage is
+    removed); during the moves (a few renames) both are held back until they are done, so the set is
+    replaced whole or not at all. Either way an :class:`Interrupted` says which. Returns the targets,
+    in order."""
     out = Path(out)
     targets = list(files)
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    previous = _handle(_raise_terminated, (signal.SIGTERM,))
+    stage = None
     try:
+        stage = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".tmp", dir=out.parent))
         staged = {}
         for i, (path, data) in enumerate(files.items()):
             staged[path] = stage / f"{i}{Path(path).suffix}"
             write_atomic(staged[path], data)
-    except KeyboardInterrupt:
+        for path in targets:  # a node that appeared since the check is refused before any rename
+            replaceable(path)
+    except KeyboardInterrupt as err:
         _remove(stage)
-        raise Interrupted(f"interrupted before any file was replaced; {len(targets)} file(s) left as they were") from None
+        signum = signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT
+        raise Interrupted(f"{_verb(signum)} before any file was replaced; {len(targets)} file(s) left as they were",
+                          signum) from None
     except BaseException:
         _remove(stage)
         raise
-    held: list[object] = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda *_: held.append(True))
-    except ValueError:  # not the main thread: nothing to hold back
-        previous = None
+    finally:
+        _put_back(previous)
+    held: list[int] = []
+    previous = _handle(lambda signum, frame: held.append(signum), (signal.SIGINT, signal.SIGTERM))
     try:
         for path in targets:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged[path], path)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        _put_back(previous)
         _remove(stage)
     if held:
-        raise Interrupted(f"interrupted after all {len(targets)} file(s) were replaced (the set is whole)")
+        signum = signal.SIGTERM if signal.SIGTERM in held else signal.SIGINT
+        raise Interrupted(f"{_verb(signum)} after all {len(targets)} file(s) were replaced (the set is whole)", signum)
     return targets
 
 
-def _remove(folder: Path) -> None:
+def _remove(folder: Path | None) -> None:
     import shutil
 
-    shutil.rmtree(folder, ignore_errors=True)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
