@@ -94,13 +94,17 @@ def knee(
 
     def build() -> Report:
         from softcapgrad.laws import formats
+        from softcapgrad.laws.horizon import cap_range
         from softcapgrad.laws.knee import BACKENDS, knee_report
 
         dtypes = formats.resolve_many(dtype or ["bf16"])
         caps = positives("--cap", cap or [])
         named = [] if any(d.strip().lower() == "all" for d in dtype or []) else dtypes
-        for fmt in named:  # under 'all' a horizon is the real number c·x_knee, in no format
+        for fmt in named:  # under 'all' the cap is not stored in each format, only divided by in its arithmetic
             caps = [cap_in_format("--cap", c, fmt, "the horizon's a/c is computed") for c in caps]
+        for fmt in dtypes:
+            bounds = cap_range(fmt, in_format=fmt in named)
+            caps = [in_range("--cap", c, bounds.lo, bounds.hi, bounds.why) for c in caps]
         backends = pick("--backend", backend, KNEE_BACKENDS, ["exact"])
         fns = pick("--fn", fn, KNEE_FUNCTIONS, ["tanh"])
         if "tanh" not in fns:
@@ -140,7 +144,7 @@ def horizon(
 
     def build() -> Report:
         from softcapgrad.laws import formats
-        from softcapgrad.laws.horizon import horizon_report
+        from softcapgrad.laws.horizon import cap_range, horizon_report
 
         caps = positives("--cap", cap or [30.0, 50.0])
         probes = [float(positive("--at", a)) for a in at] if at else None
@@ -168,6 +172,8 @@ def horizon(
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
         caps = [cap_in_format("--cap", c, fmt, "a/c and the tanh are computed") for c in caps]
+        bounds = cap_range(fmt)
+        caps = [in_range("--cap", c, bounds.lo, bounds.hi, bounds.why) for c in caps]
         if fmt.itemsize < 4:  # the fp32 column divides by the same cap in fp32
             caps = [fp32_cap("--cap", c) for c in caps]
         largest = float(formats.finfo(fmt).max)

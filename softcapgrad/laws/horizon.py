@@ -107,6 +107,38 @@ def cap_arithmetic(dtype: np.dtype) -> type:
     return np.float64 if dtype.itemsize >= 8 else np.float32
 
 
+@dataclass(frozen=True)
+class CapRange:
+    """The caps c a format's soft-cap arithmetic holds: lo <= c <= hi, and why."""
+
+    lo: float
+    hi: float
+    why: str
+
+
+def cap_range(dtype: np.dtype, in_format: bool = True) -> CapRange:
+    """Caps whose arithmetic neither overflows nor underflows, from the formats' own finfo.
+
+    c must be a normal number of :func:`cap_arithmetic` (a/c; below, a/c loses its digits or c rounds to
+    0; above, it rounds to inf) and, with ``in_format`` (the cap is stored in the format, as autograd
+    does), of ``dtype`` too; and the horizon c·x_knee, kept as a float64, must stay a normal float64.
+    """
+    arithmetic = np.dtype(cap_arithmetic(dtype))
+    holders = list(dict.fromkeys([arithmetic, *([dtype] if in_format else [])]))
+    x_knee = knee_exact(formats.facts(dtype).spacing_below_one)
+    f64 = np.finfo(np.float64)
+    lo = max(max(float(formats.finfo(d).smallest_normal) for d in holders), float(f64.smallest_normal) / x_knee)
+    hi = min(min(float(formats.finfo(d).max) for d in holders), float(f64.max) / x_knee)
+    while lo * x_knee < f64.smallest_normal:  # the quotients above are rounded: step to the first c that holds
+        lo = float(np.nextafter(lo, np.inf))
+    while not np.isfinite(hi * x_knee):
+        hi = float(np.nextafter(hi, 0.0))
+    names = " and ".join(d.name for d in holders)
+    why = (f"{dtype.name}'s a/c divides by the cap in {names}, and its horizon c·x_knee = {x_knee:.4g}·c is kept as "
+           "a float64: each must be a normal number")
+    return CapRange(lo, hi, why)
+
+
 def first_zero_in_format(c: float, dtype: np.dtype, first_saturating: float | None) -> Switch | None:
     """The first input a of the format whose eager soft-cap gradient is exactly 0, in the format's arithmetic.
 
