@@ -134,12 +134,21 @@ _FP32_STACKS = ("torch-compile-cpu", "torch-compile-cpu-scalar",
 LEDGER_SIMD = 256  # torch-compile-cpu compiled for AVX2 vectors, which every x86 class the ledger covers has
 
 
+class NotMeasuredHere(Exception):
+    """A claim this machine cannot compute (its message says what is missing): reported, not judged."""
+
+
 @cache
 def _fp32_stack_knees() -> dict:
     """The stacks' fp32 knees. torch-compile-cpu at a fixed vector width, not this process's: under
     ATEN_CPU_CAPABILITY=default inductor would emit scalar code, and the ledger is the same on any CPU
-    (SLEEF's tanhf saturates at the same input at 256 and 512 bits)."""
+    (SLEEF's tanhf saturates at the same input at 256 and 512 bits). Without a C++ compiler the
+    compiled stacks cannot run: the claims resting on them are not measured here."""
     from softcapgrad.stacks.registry import knee
+    from softcapgrad.stacks.runners import cxx_compiler_missing
+
+    if missing := cxx_compiler_missing():
+        raise NotMeasuredHere(missing)
 
     return {path: knee(path, "float32", "tanh", LEDGER_SIMD if path == "torch-compile-cpu" else None)
             for path in _FP32_STACKS}

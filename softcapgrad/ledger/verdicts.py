@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from softcapgrad.core.report import Report, Table
 from softcapgrad.ledger import claims
-from softcapgrad.ledger.claims import Claim, printed_tolerance
+from softcapgrad.ledger.claims import Claim, NotMeasuredHere, printed_tolerance
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,15 @@ class Outcome:
     stated: str
     kind: str
     tolerance: float
-    computed: float  # at the precision the claim is judged at (reproducible on any CPU)
+    computed: float | None  # at the precision the claim is judged at (reproducible on any CPU); None: not measured
     verdict: str
     expected: str
     as_expected: bool
     why: str
-    raw: float  # every digit this machine computed: kept out of the committed ledger
+    raw: float | None  # every digit this machine computed: kept out of the committed ledger
+
+
+NOT_MEASURED = "not measured here"  # the machine lacks what the claim needs: neither a pass nor a failure
 
 
 def judged_precision(value: float, tolerance: float) -> float:
@@ -63,7 +66,12 @@ def select(only: str | None) -> tuple[Claim, ...]:
 def evaluate(claims: tuple[Claim, ...] | None = None, only: str | None = None) -> list[Outcome]:
     out = []
     for claim in claims if claims is not None else select(only):
-        raw = float(claim.compute())
+        try:
+            raw = float(claim.compute())
+        except NotMeasuredHere as missing:
+            out.append(Outcome(claim.id, claim.doc, claim.section, claim.statement, claim.stated, claim.kind,
+                               claim.tol, None, NOT_MEASURED, claim.expected, True, str(missing), None))
+            continue
         verdict = claim.verdict(raw)
         out.append(
             Outcome(claim.id, claim.doc, claim.section, claim.statement, claim.stated, claim.kind,
@@ -71,6 +79,10 @@ def evaluate(claims: tuple[Claim, ...] | None = None, only: str | None = None) -
                     verdict == claim.expected, claim.explanation(), raw)
         )
     return out
+
+
+def _shown(computed: float | None) -> str:
+    return "—" if computed is None else f"{computed:.6g}"
 
 
 def markdown(outcomes: list[Outcome]) -> str:
@@ -85,7 +97,7 @@ def markdown(outcomes: list[Outcome]) -> str:
     ]
     for o in outcomes:
         lines.append(
-            f"| {o.id} | {o.doc} | {o.section} | {o.statement} | {o.stated} | {o.computed:.6g} | "
+            f"| {o.id} | {o.doc} | {o.section} | {o.statement} | {o.stated} | {_shown(o.computed)} | "
             f"{o.verdict} | {o.expected} | {o.why} |"
         )
     return "\n".join(lines) + "\n"
@@ -96,16 +108,20 @@ LEDGER_COLUMNS = ("id", "doc", "stated", "kind", "computed", "verdict", "expecte
 
 def reproduce_report(outcomes: list[Outcome], partial_of: int | None = None, written: tuple[str, ...] = ()) -> Report:
     """The ledger as a report. ``partial_of``: the size of the full ledger when only some claims ran."""
-    rows = [{**{k: getattr(o, k) for k in LEDGER_COLUMNS}, "computed_text": f"{o.computed:.6g}"} for o in outcomes]
+    rows = [{**{k: getattr(o, k) for k in LEDGER_COLUMNS}, "computed_text": _shown(o.computed)} for o in outcomes]
     changed = [o.id for o in outcomes if not o.as_expected]
     counts = {v: sum(o.verdict == v for o in outcomes) for v in ("reproduced", "differs")}
+    absent = [o for o in outcomes if o.verdict == NOT_MEASURED]
     scope = f"{len(outcomes)} of {partial_of} claims" if partial_of else f"all {len(outcomes)} claims"
     if changed:
         lead = f"{len(changed)} verdict(s) changed from the recorded ones: {', '.join(changed)}."
     else:
-        lead = f"Every verdict is the one the ledger records ({scope})."
+        lead = (f"Every verdict measured here is the one the ledger records ({scope}; {len(absent)} not measured here)."
+                if absent else f"Every verdict is the one the ledger records ({scope}).")
     answer = (lead, f"{counts['reproduced']} reproduced and {counts['differs']} differ from their documents; "
-                    "each 'differs' row says why.")
+                    "each 'differs' row says why."
+              + "".join(f" {o.id}: {o.why if o.why.startswith(NOT_MEASURED) else f'{NOT_MEASURED}: {o.why}'}."
+                        for o in absent))
     notes = [f"verdict changed: {i}" for i in changed]
     notes += [f"wrote {w}" for w in written]
     if partial_of and not written:
@@ -116,7 +132,8 @@ def reproduce_report(outcomes: list[Outcome], partial_of: int | None = None, wri
         tables=(Table("rows", "claims ledger: every document number recomputed", rows,
                       ("id", "stated", "computed_text", "verdict", "as_expected"), wide=("doc", "kind", "expected", "why")),),
         notes=tuple(notes),
-        figures={"claims": len(outcomes), **counts, "changed": changed},
+        figures={"claims": len(outcomes), **counts, "changed": changed,
+                 **({"not_measured_here": [o.id for o in absent]} if absent else {})},
         ok=not changed,
         answer=answer,
     )

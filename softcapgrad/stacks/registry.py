@@ -170,6 +170,8 @@ def runs_here(stack: Stack) -> str:
                 import triton  # noqa: F401
             except ImportError:
                 return "triton is not installed"
+    if stack.engine.startswith("torch-compile") and stack.device == "cpu" and (missing := _no_compiler()):
+        return missing
     if stack.engine == "torch-compile" and stack.device == "cpu":
         import os
 
@@ -181,6 +183,12 @@ def runs_here(stack: Stack) -> str:
                     "torch-compile-cpu-scalar" if capability else
                     "inductor has no vector ISA on this CPU (see torch-compile-cpu-scalar)")
     return ""
+
+
+def _no_compiler() -> str:
+    from softcapgrad.stacks.runners import cxx_compiler_missing
+
+    return cxx_compiler_missing()
 
 
 def _where(stack: Stack, simd: int | None = None) -> str:
@@ -303,7 +311,7 @@ def knee(path: str, scores: str = "float32", fn: str = "tanh", simd: int | None 
     if simd is not None:
         from softcapgrad.stacks.runners import inductor_isa
 
-        why = "" if inductor_isa(simd) else f"this CPU has no {simd}-bit vector ISA for inductor"
+        why = _no_compiler() or ("" if inductor_isa(simd) else f"this CPU has no {simd}-bit vector ISA for inductor")
     else:
         why = runs_here(stack)
     if not why:

@@ -124,11 +124,15 @@ def stacks_report() -> Report:
     """Every stack: its device, the score formats it takes, and where its figures come from on this machine."""
     rec = recorded.packaged()
     rows = []
+    in_recording = {r.path for r in rec.rows}
     for s in STACKS.values():
         why = runs_here(s)
+        source = "measured" if not why else rec.source if s.name in in_recording else "not measured"
         rows.append({"path": s.name, "device": s.device, "scores": ", ".join(SHORT[f] for f in s.formats),
-                     "source": "measured" if not why else rec.source, "reason": why, "computes": s.computes})
+                     "source": source, "reason": why, "computes": s.computes})
     live = [r["path"] for r in rows if r["source"] == "measured"]
+    absent = {r["reason"]: [x["path"] for x in rows if x["reason"] == r["reason"]]
+              for r in rows if r["source"] == "not measured"}
     return Report(
         command="stacks",
         params={"recording": {"device": rec.device, "date": rec.date, "versions": rec.versions}},
@@ -137,5 +141,6 @@ def stacks_report() -> Report:
                f"old recipe names: {', '.join(f'{k} = {v[0]} ({SHORT[v[1]]})' for k, v in ALIASES.items())}",
                f"recording: {rec.provenance}"),
         answer=(f"{len(live)} of {len(rows)} stacks run on this machine and are measured live; the others come from "
-                f"the recording made on {rec.device} on {rec.date} (torch {rec.versions.get('torch', '?')}).",),
+                f"the recording made on {rec.device} on {rec.date} (torch {rec.versions.get('torch', '?')})"
+                + "".join(f"; {', '.join(paths)}: {why}" for why, paths in absent.items()) + ".",),
     )

@@ -45,6 +45,27 @@ def batched(values: np.ndarray, run: Callable[[np.ndarray], np.ndarray], width: 
 # --- torch -----------------------------------------------------------------------------------
 
 
+NO_COMPILER = "not measured here: no C++ compiler"
+
+
+def cxx_compiler_missing() -> str:
+    """'' when inductor finds a working C++ compiler for CPU code; else one line saying what is missing.
+
+    inductor runs ``CXX --version`` for each name in ``torch._inductor.config.cpp.cxx`` (``CXX`` or g++;
+    clang++ on macOS) and raises InvalidCxxCompiler when none answers: every compiled CPU stack needs one."""
+    try:
+        from torch._inductor import config, exc
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # another torch layout: its own error will say what is wrong
+        return ""
+    try:
+        get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        tried = ", ".join(str(name) for name in config.cpp.cxx if name)
+        return f"{NO_COMPILER} (inductor tried {tried}; install one or point CXX at it)"
+    return ""
+
+
 def inductor_isa(simd: int | None = None) -> tuple[str, int] | None:
     """The vector ISA inductor's C++ uses in this process, as (name, bits); None where it emits scalar code.
 
