@@ -8,6 +8,7 @@ format as autograd does it (a/c and c·t rounded), and compared with the exact s
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -116,6 +117,17 @@ class CapRange:
     why: str
 
 
+def _edge(c: float, holds, outward: float) -> float:
+    """The float64 farthest from ``c`` toward ``outward`` for which ``holds`` (true on the inner side) is true,
+    starting near it: ``c`` is a rounded quotient, off by an ulp or two either way."""
+    inward = -outward
+    while not holds(c):
+        c = math.nextafter(c, inward)
+    while holds(step := math.nextafter(c, outward)):
+        c = step
+    return c
+
+
 def cap_range(dtype: np.dtype, in_format: bool = True) -> CapRange:
     """Caps whose arithmetic neither overflows nor underflows, from the formats' own finfo.
 
@@ -125,14 +137,12 @@ def cap_range(dtype: np.dtype, in_format: bool = True) -> CapRange:
     """
     arithmetic = np.dtype(cap_arithmetic(dtype))
     holders = list(dict.fromkeys([arithmetic, *([dtype] if in_format else [])]))
-    x_knee = knee_exact(formats.facts(dtype).spacing_below_one)
+    x_knee = float(knee_exact(formats.facts(dtype).spacing_below_one))  # a Python float: c·x_knee overflows quietly
     f64 = np.finfo(np.float64)
-    lo = max(max(float(formats.finfo(d).smallest_normal) for d in holders), float(f64.smallest_normal) / x_knee)
-    hi = min(min(float(formats.finfo(d).max) for d in holders), float(f64.max) / x_knee)
-    while lo * x_knee < f64.smallest_normal:  # the quotients above are rounded: step to the first c that holds
-        lo = float(np.nextafter(lo, np.inf))
-    while not np.isfinite(hi * x_knee):
-        hi = float(np.nextafter(hi, 0.0))
+    horizon_lo = _edge(float(f64.smallest_normal) / x_knee, lambda c: c * x_knee >= f64.smallest_normal, -math.inf)
+    horizon_hi = _edge(float(f64.max) / x_knee, lambda c: c * x_knee <= f64.max, math.inf)
+    lo = max(horizon_lo, *(float(formats.finfo(d).smallest_normal) for d in holders))
+    hi = min(horizon_hi, *(float(formats.finfo(d).max) for d in holders))
     names = " and ".join(d.name for d in holders)
     why = (f"{dtype.name}'s a/c divides by the cap in {names}, and its horizon c·x_knee = {x_knee:.4g}·c is kept as "
            "a float64: each must be a normal number")
