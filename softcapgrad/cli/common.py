@@ -37,7 +37,8 @@ def _kind(err: BaseException) -> set[str]:
 class _OneLineErrors(TyperGroup):
     """Runs the app non-standalone and turns the parser's framed errors into one line on stderr.
 
-    Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input, 3 an internal error, 130 interrupted.
+    Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input, 3 an internal error, 130 interrupted,
+    143 terminated (SIGTERM held until reproduce's files were all in place).
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
