@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -82,14 +83,18 @@ def test_the_writer_itself_never_replaces_a_link_fifo_or_folder(tmp_path):
 
 
 def test_a_device_node_is_refused_by_every_writer(cli, tmp_path):
-    null = Path(os.devnull)
-    if not null.is_char_device():
-        pytest.skip("no character device to aim at")
+    """A device node of the test's own (the null device's numbers, made in tmp_path), never a system one:
+    a writer that replaced it would otherwise replace the machine's /dev/null."""
+    node = tmp_path / "device.json"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError, OSError):
+        pytest.skip("cannot make a device node here (needs root)")
     with pytest.raises(InputError, match="character device"):
-        files.write_atomic(null, "new")
-    code, _, out, err = cli("stacks", "--record", str(null))  # refused before the CUDA check, whatever the machine
+        files.write_atomic(node, "new")
+    code, _, out, err = cli("stacks", "--record", str(node))  # refused before the CUDA check, whatever the machine
     assert "character device" in _one_line(code, out, err)
-    assert null.is_char_device()
+    assert node.is_char_device()
 
 
 @needs_proc

@@ -219,7 +219,8 @@ def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
     out = Path(out)
     targets = list(files)
     out.parent.mkdir(parents=True, exist_ok=True)
-    previous = _handle(_raise_terminated, (signal.SIGTERM,))
+    original = _handle(_raise_terminated, (signal.SIGTERM,))
+    held: list[int] = []
     stage = None
     try:
         stage = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".tmp", dir=out.parent))
@@ -229,24 +230,24 @@ def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
             write_atomic(staged[path], data)
         for path in targets:  # a node that appeared since the check is refused before any rename
             replaceable(path)
+        # from here both signals are held (no moment between the two handlers where SIGTERM kills)
+        original = {**_handle(lambda signum, frame: held.append(signum), (signal.SIGINT, signal.SIGTERM)), **original}
     except KeyboardInterrupt as err:
+        _put_back(original)
         _remove(stage)
         signum = signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT
         raise Interrupted(f"{_verb(signum)} before any file was replaced; {len(targets)} file(s) left as they were",
                           signum) from None
     except BaseException:
+        _put_back(original)
         _remove(stage)
         raise
-    finally:
-        _put_back(previous)
-    held: list[int] = []
-    previous = _handle(lambda signum, frame: held.append(signum), (signal.SIGINT, signal.SIGTERM))
     try:
         for path in targets:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged[path], path)
     finally:
-        _put_back(previous)
+        _put_back(original)
         _remove(stage)
     if held:
         signum = signal.SIGTERM if signal.SIGTERM in held else signal.SIGINT
