@@ -109,7 +109,8 @@ def writable_folder(folder: Path, option: str) -> Path:
             break
         probe = probe.parent
     if not probe.is_dir():
-        what = "a dangling symbolic link" if probe.is_symlink() and not probe.exists() else "a file"
+        what = ("a dangling symbolic link" if probe.is_symlink() and not probe.exists() else
+                "a file" if probe.is_file() else _node_kind(os.stat(probe).st_mode))
         raise InputError(f"{option} {folder}: {probe} is {what}, not a folder")
     _probe(probe, option, folder)
     return folder
