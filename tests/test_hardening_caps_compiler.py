@@ -95,6 +95,8 @@ def test_without_a_cxx_compiler_the_compiled_stacks_are_not_measured_here(tmp_pa
     for row in compiled:
         assert row["source"] == "not measured" and row["reason"].startswith("not measured here: no C++ compiler")
         assert row["first_saturating_input"] is None
+    said = [n for n in knee["notes"] if "no C++ compiler" in n]  # one line says what is missing
+    assert len(said) == 1 and said[0].startswith("torch-compile-cpu, torch-compile-cpu-scalar: not measured here")
     stacks = {r["path"]: r for r in json.loads(seen["stacks"]["out"])["rows"]}
     for path in ("torch-compile-cpu", "torch-compile-cpu-scalar"):
         assert stacks[path]["source"] == "not measured" and "no C++ compiler" in stacks[path]["reason"]

@@ -231,6 +231,10 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
                 zero = first_zero_in_format(c, dtype, row.first_saturating_input)
                 horizon_rows.append({"dtype": row.dtype, "fn": fn, "cap": c, "horizon": c * row.knee_exact,
                                      "first_zero_grad_input": None if zero is None else zero.first_true})
+    absent: dict[str, list[str]] = {}  # why a real stack has no figure here, once per reason
+    for b in backend_rows:
+        if b["source"] == "not measured" and b["reason"]:
+            absent.setdefault(b["reason"], []).append(b["backend"])
     return Report(
         command="knee",
         params={"dtypes": [d.name for d in dtypes], "caps": caps, "backends": backends, "fns": fns},
@@ -267,6 +271,7 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
             " sigmoid is 1/(1 + exp(−x)) in the format",
             "monotone: every searched value past the switch also saturates (whole format when enumerated, ±4096 values"
             " when bisected)",
+            *(f"{', '.join(dict.fromkeys(paths))}: {why}" for why, paths in absent.items()),
         ),
         answer=(*knee_answer(rows, horizon_rows)[:2], *stacks_sentence(backend_rows)),
     )
