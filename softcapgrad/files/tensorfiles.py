@@ -1,11 +1,14 @@
 """Reading saved tensors for the scan: ``.npy``, ``.safetensors`` and ``.pt``, chunk by chunk, any layout.
 
-``.npy`` and ``.safetensors`` are read by plain reads at the byte offsets their headers record
-(numpy's header reader; the safetensors library opens and validates the file first), so a file cut
-short while it is read is a short read and one line, never a SIGBUS; ``.pt`` through
-``torch.load(weights_only=True, mmap=True)``, the file's size checked again before every chunk. A
-transposed or strided tensor is read through contiguous copies of at most ``CHUNK`` values, a saved
-``nn.Parameter`` detached. Nothing is unpickled.
+Every format is read by plain reads (``os.preadv`` into a numpy buffer) at the byte offsets its
+header records, never through a memory map, so a file cut short while it is read is a short read
+and one line, never a SIGBUS. ``.npy``: the header literal, checked field by field. ``.safetensors``:
+the safetensors library opens and validates the file first. ``.pt``: the zip archive torch.save
+writes, its ``data.pkl`` read by torch's weights-only unpickler (no code from the file runs) with
+every storage on the meta device, so it gives shapes, strides and storage keys and reads no data;
+each tensor's bytes are then read from its zip member, which must be stored uncompressed (a
+compressed one is refused: its bytes are not the values). A transposed or strided tensor is read
+piece by piece, each piece at most ``CHUNK`` values from one read of the storage it spans.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -26,6 +31,7 @@ from softcapgrad.core.files import readable_file
 
 KINDS = (".npy", ".pt", ".safetensors")
 CHUNK = 1 << 18  # values per read
+SPAN = 4 * CHUNK  # storage values one read of a strided tensor may span
 
 
 # safetensors dtype names -> numpy formats (packed 4- and 6-bit types are refused)
@@ -83,47 +89,64 @@ def truncated(path: Path, expected: int, found: int) -> InputError:
                       "scan it again once whatever writes it has finished")
 
 
-def _mapped_chunks(path: Path, offset: int, count: int, stored: np.dtype, fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
+def _read_chunks(path: Path, offset: int, count: int, stored: np.dtype, fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
     """``count`` values of ``stored`` from byte ``offset``, read chunk by chunk, as chunks of ``fmt`` in native byte order.
 
     Plain reads rather than a memory map: a file that shrinks under a map kills the process with
     SIGBUS, a file that shrinks under a read gives a short read, which is reported."""
-    if not count:
-        return []
 
     def load(start: int) -> np.ndarray:
-        part = np.empty(min(CHUNK, count - start), dtype=stored)
-        raw = part.view(np.uint8)
-        with open(path, "rb", buffering=0) as f:
-            f.seek(offset + start * stored.itemsize)
-            got = f.readinto(raw)
-        if got != raw.nbytes:
-            raise truncated(path, offset + (start + len(part)) * stored.itemsize, offset + start * stored.itemsize + got)
+        part = _read(path, offset + start * stored.itemsize, min(CHUNK, count - start), stored)
         return part.view(fmt) if stored.kind == "V" else part.astype(fmt, copy=False)
 
     return [functools.partial(load, start) for start in range(0, count, CHUNK)]
 
 
+NPY_HEADER_LIMIT = 10_000  # bytes: the header np.load reads without max_header_size (numpy's own limit)
+
+
 def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
-    """Shape, stored format and data offset of a .npy file, by numpy's header reader. A descriptor
-    numpy cannot read back ('<f1': what np.save writes for some ml_dtypes formats) is read as raw
-    bytes of that size: the header is the same Python literal numpy parses (ast.literal_eval)."""
+    """Shape, stored format and data offset of a .npy file. The header is the Python literal numpy writes,
+    read with ``ast.literal_eval`` (no code runs) and checked field by field, so a bad one is named: a
+    header longer than numpy reads safely, a negative dimension, a ``fortran_order`` that is not a bool.
+    A descriptor numpy cannot read back ('<f1': what np.save writes for some ml_dtypes formats) is read
+    as raw bytes of that size. Column-major data (``fortran_order`` True) is read in its stored order: the
+    scan's counts do not depend on the order of the values."""
     import ast
 
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        try:
-            shape, _, dtype = read(f)
-            return shape, dtype, f.tell()
-        except ValueError:
-            f.seek(6 + 2)
-            length = int.from_bytes(f.read(2 if version == (1, 0) else 4), "little")
-            header = ast.literal_eval(f.read(length).decode("latin1"))
-            descr = header["descr"]
-            if not (isinstance(descr, str) and descr[-1:].isdigit()):
-                raise
-            return tuple(header["shape"]), np.dtype(f"V{int(descr.lstrip('<>|=')[1:])}"), f.tell()
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise InputError(f"{path}: .npy format version {version[0]}.{version[1]}, not 1.0, 2.0 or 3.0")
+        length = int.from_bytes(f.read(2 if version == (1, 0) else 4), "little")
+        if length > NPY_HEADER_LIMIT:
+            raise InputError(f"{path}: a .npy header of {length:,} bytes, more than the {NPY_HEADER_LIMIT:,} that "
+                             "numpy reads safely (one tensor's header takes about a hundred)")
+        text = f.read(length)
+        offset = f.tell()
+    if len(text) < length:
+        raise InputError(f"{path}: the file ends inside its .npy header")
+    try:
+        header = ast.literal_eval(text.decode("utf8" if version == (3, 0) else "latin1"))
+    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
+        raise InputError(f"{path}: the .npy header is not the literal numpy writes") from None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise InputError(f"{path}: the .npy header must hold exactly descr, fortran_order and shape")
+    shape, order = header["shape"], header["fortran_order"]
+    if not isinstance(order, bool):
+        raise InputError(f"{path}: the .npy header's fortran_order is {order!r}, not True or False")
+    if not (isinstance(shape, tuple) and all(type(n) is int for n in shape)):
+        raise InputError(f"{path}: the .npy header's shape {shape!r} is not a tuple of integers")
+    if any(n < 0 for n in shape):
+        raise InputError(f"{path}: the .npy header's shape {shape} has a negative dimension")
+    descr = header["descr"]
+    try:
+        dtype = np.lib.format.descr_to_dtype(descr)
+    except (TypeError, ValueError):
+        if not (isinstance(descr, str) and descr[-1:].isdigit() and descr.lstrip("<>|=")[1:].isdigit()):
+            raise InputError(f"{path}: the .npy header's descr {descr!r} is not a numpy format") from None
+        dtype = np.dtype(f"V{int(descr.lstrip('<>|=')[1:])}")
+    return shape, dtype, offset
 
 
 def _npy_sources(path: Path, stored_as: str | None) -> list[Source]:
@@ -135,7 +158,7 @@ def _npy_sources(path: Path, stored_as: str | None) -> list[Source]:
     if path.stat().st_size < offset + numel * dtype.itemsize:
         raise InputError(f"{path}: the file ends before its data does")
     return [Source("array", fmt.name, numel, numel * dtype.itemsize,
-                   lambda: _mapped_chunks(path, offset, numel, dtype, fmt))]
+                   lambda: _read_chunks(path, offset, numel, dtype, fmt))]
 
 
 def _safetensors_sources(path: Path) -> list[Source]:
@@ -158,68 +181,68 @@ def _safetensors_sources(path: Path) -> list[Source]:
         fmt = np.dtype(_SAFETENSORS[kind])
         offset = 8 + size + begin
         out.append(Source(name, fmt.name, numel, end - begin,
-                          lambda offset=offset, numel=numel, fmt=fmt: _mapped_chunks(path, offset, numel, fmt, fmt)))
+                          lambda offset=offset, numel=numel, fmt=fmt: _read_chunks(path, offset, numel, fmt, fmt)))
     return out
 
 
-def _tensor_chunks(t) -> Iterator:
-    """Chunks of at most CHUNK values of a tensor: flat views where it is contiguous; elsewhere
-    (a transposed weight, a strided slice) contiguous copies of whole rows, or of the slices of a
-    row too long for one chunk. The recursion goes one dimension down each time."""
-    if t.is_contiguous():
-        flat = t.reshape(-1)
-        for start in range(0, flat.numel(), CHUNK):
-            yield flat[start:start + CHUNK]
-    elif t.numel() == 0:
+def _extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """How many storage values a view of ``shape`` and (non-negative) ``strides`` spans, first to last."""
+    return 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+
+
+def _pieces(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Iterator[tuple[int, tuple, tuple]]:
+    """A strided view as pieces (start, shape, strides) in its own (C) order, each of at most CHUNK values over
+    at most SPAN storage values: whole rows where they fit, else the recursion goes one dimension down."""
+    kept = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    if any(n == 0 for n, _ in kept):
         return
-    elif t.dim() <= 1 or t[0].numel() <= CHUNK:
-        rows = t.reshape(-1, 1) if t.dim() <= 1 else t  # a 1-D strided tensor: its values as rows of one
-        step = max(1, CHUNK // max(1, rows[0].numel()))
-        for start in range(0, rows.shape[0], step):
-            yield rows[start:start + step].contiguous().reshape(-1)
-    else:
-        for i in range(t.shape[0]):
-            yield from _tensor_chunks(t[i])
+    shape, strides = tuple(n for n, _ in kept), tuple(st for _, st in kept)
+    numel = math.prod(shape)
+    if strides == tuple(math.prod(shape[i + 1:]) for i in range(len(shape))):  # contiguous: one flat run
+        shape, strides = (numel,), (1,)
+    if not shape:  # one value
+        yield start, (1,), (1,)
+        return
+    row, row_strides = shape[1:], strides[1:]
+    row_numel, row_extent = math.prod(row), _extent(row, row_strides)
+    if row_numel > CHUNK or row_extent > SPAN:
+        for i in range(shape[0]):
+            yield from _pieces(start + i * strides[0], row, row_strides)
+        return
+    rows = min(CHUNK // row_numel, shape[0] if strides[0] == 0 else (SPAN - row_extent) // strides[0] + 1)
+    for i in range(0, shape[0], rows):
+        yield start + i * strides[0], (min(rows, shape[0] - i), *row), strides
+
+
+def _read(path: Path, byte_offset: int, count: int, fmt: np.dtype) -> np.ndarray:
+    """``count`` values of ``fmt`` at ``byte_offset``, by one plain read (a short read is a file cut short)."""
+    part = np.empty(count, dtype=fmt)
+    raw = part.view(np.uint8)
+    with open(path, "rb", buffering=0) as f:
+        got = os.preadv(f.fileno(), [raw], byte_offset) if hasattr(os, "preadv") else (f.seek(byte_offset), f.readinto(raw))[1]
+    if got != raw.nbytes:
+        raise truncated(path, byte_offset + raw.nbytes, byte_offset + got)
+    return part
+
+
+def _strided_chunks(path: Path, data: int, start: int, shape: tuple, strides: tuple,
+                    fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
+    """The values of a strided view of a storage at byte ``data`` of the file, piece by piece, each piece one
+    read of the storage span it covers."""
+    size = fmt.itemsize
+
+    def load(piece: tuple[int, tuple, tuple]) -> np.ndarray:
+        first, dims, steps = piece
+        span = _read(path, data + first * size, _extent(dims, steps), fmt)
+        view = np.lib.stride_tricks.as_strided(span, dims, tuple(st * size for st in steps), writeable=False)
+        return np.ascontiguousarray(view).reshape(-1)
+
+    return [functools.partial(load, piece) for piece in _pieces(start, shape, strides)]
 
 
 def _torch_format(t) -> np.dtype | None:
     name = str(t.dtype).removeprefix("torch.")
     return formats.resolve(name) if t.is_floating_point() and name in formats.FORMAT_NAMES else None
-
-
-def _as_numpy(chunk, fmt: np.dtype) -> np.ndarray:
-    """A torch chunk as a numpy array of the same values, without a copy (ml_dtypes formats by their bits)."""
-    import torch
-
-    if fmt.type.__module__ == "numpy":
-        return chunk.numpy()
-    return chunk.view({1: torch.uint8, 2: torch.uint16}[fmt.itemsize]).numpy().view(fmt)
-
-
-def _torch_source(name: str, t, path: Path | None = None, size: int = 0) -> Source:
-    import torch
-
-    t = t.detach()  # a saved nn.Parameter comes back requiring grad
-    implicit = 0
-    if t.layout != torch.strided:
-        values = t.coalesce().values() if t.is_sparse else t.values()
-        implicit, t = t.numel() - values.numel(), values
-    fmt = _torch_format(t)
-    if fmt is None:  # not floating-point: listed, never read
-        return Source(name, str(t.dtype).removeprefix("torch."), t.numel(), 0, list)
-    return Source(name, fmt.name, t.numel() + implicit, t.numel() * t.element_size(),
-                  lambda: [functools.partial(_checked, path, size, _as_numpy, c, fmt) for c in _tensor_chunks(t)],
-                  implicit)
-
-
-def _checked(path: Path | None, size: int, load: Callable, *args) -> np.ndarray:
-    """``load(*args)`` once the memory-mapped file is still its whole size: the map of a file cut
-    short gives SIGBUS where its end used to be."""
-    if path is not None:
-        now = path.stat().st_size
-        if now < size:
-            raise truncated(path, size, now)
-    return load(*args)
 
 
 def _flatten(obj, prefix: str = "") -> Iterator[tuple[str, object]]:
@@ -235,15 +258,133 @@ def _flatten(obj, prefix: str = "") -> Iterator[tuple[str, object]]:
             yield from _flatten(v, f"{prefix}.{i}" if prefix else str(i))
 
 
-def _torch_sources(path: Path) -> list[Source]:
+PICKLE_LIMIT = 64 << 20  # bytes of a .pt's data.pkl (its structure, not its tensors): more is refused
+_METHODS = {zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+
+
+@dataclass(frozen=True)
+class _Archive:
+    """A torch.save zip: where each storage's bytes begin in the file, by storage key."""
+
+    path: Path
+    prefix: str
+    members: dict[str, zipfile.ZipInfo]
+
+    def data_at(self, key: str, name: str, nbytes: int) -> int:
+        """Byte offset in the file of storage ``key``, which must be stored uncompressed and hold ``nbytes``."""
+        info = self.members.get(f"{self.prefix}data/{key}")
+        if info is None:
+            raise InputError(f"{self.path}: tensor {name!r} names storage {key!r}, which the archive does not hold")
+        if info.compress_type != zipfile.ZIP_STORED:
+            method = _METHODS.get(info.compress_type, f"method {info.compress_type}")
+            raise InputError(f"{self.path}: tensor {name!r} is compressed in the archive ({method}); torch.save stores "
+                             "tensors uncompressed, so save it again with torch.save (or zip it with -0)")
+        if info.file_size < nbytes:
+            raise InputError(f"{self.path}: tensor {name!r} needs {nbytes:,} bytes of its storage, which holds "
+                             f"{info.file_size:,}")
+        with open(self.path, "rb") as f:  # the local header: 30 bytes, then the name and an extra field
+            f.seek(info.header_offset)
+            local = f.read(30)
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            raise InputError(f"{self.path}: the archive's entry for tensor {name!r} is damaged")
+        return info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+
+
+def _torch_structure(path: Path):
+    """The saved object with every tensor on the meta device (shape, strides, format; no data), the archive,
+    and each meta storage's key. data.pkl is read by torch's weights-only unpickler, which runs no code from
+    the file; its storages are made on the meta device, so nothing of the tensors' data is read here."""
+    import io
+
+    import torch
+    from torch import _weights_only_unpickler as safe
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise InputError(f"{path}: not a zip archive, the format torch.save writes (since torch 1.6)") from None
+    with archive:
+        members = {info.filename: info for info in archive.infolist()}
+        pickles = [n for n in members if n.endswith("data.pkl") and n.count("/") <= 1]
+        if len(pickles) != 1:
+            raise InputError(f"{path}: not a torch.save archive (no single data.pkl)")
+        prefix = pickles[0][:-len("data.pkl")]
+        if members[pickles[0]].file_size > PICKLE_LIMIT:
+            raise InputError(f"{path}: its data.pkl would be {members[pickles[0]].file_size:,} bytes, more than the "
+                             f"{PICKLE_LIMIT:,} a torch.save structure takes")
+        order = archive.read(f"{prefix}byteorder").strip() if f"{prefix}byteorder" in members else b"little"
+        if order != b"little":
+            raise InputError(f"{path}: tensors saved {order.decode('ascii', 'replace')}-endian; only little-endian is read")
+        text = archive.read(pickles[0])
+    keys: dict[int, str] = {}
+
+    def persistent_load(pid):
+        _, kind, key, _, numel = pid
+        dtype = torch.uint8 if kind is torch.UntypedStorage else kind.dtype
+        storage = torch.UntypedStorage(numel * torch._utils._element_size(dtype), device="meta")
+        keys[storage._cdata] = str(key)
+        return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+
+    unpickler = safe.Unpickler(io.BytesIO(text), encoding="utf-8")
+    unpickler.persistent_load = persistent_load
+    return unpickler.load(), _Archive(path, prefix, members), keys
+
+
+def _torch_source(name: str, t, archive: _Archive, keys: dict[int, str]) -> Source:
     import torch
 
-    obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    implicit = 0
+    if t.layout != torch.strided:
+        if t.layout == torch.sparse_coo and not t.is_coalesced() and _torch_format(t) is not None:
+            return _coalesced_source(name, t, archive, keys)
+        values = t._values() if t.layout == torch.sparse_coo else t.values()
+        implicit, t = t.numel() - values.numel(), values
+    fmt = _torch_format(t)
+    if fmt is None:  # not floating-point: listed, never read
+        return Source(name, str(t.dtype).removeprefix("torch."), t.numel(), 0, list)
+    shape, strides, start = tuple(t.shape), tuple(t.stride()), t.storage_offset()
+    nbytes = (start + _extent(shape, strides)) * fmt.itemsize if t.numel() else 0
+    data = archive.data_at(keys[t.untyped_storage()._cdata], name, nbytes)
+    return Source(name, fmt.name, t.numel() + implicit, t.numel() * fmt.itemsize,
+                  lambda: _strided_chunks(archive.path, data, start, shape, strides, fmt), implicit)
+
+
+def _loaded(t, archive: _Archive, keys: dict[int, str], name: str):
+    """A meta strided tensor's values read from the archive into a real CPU tensor of the same shape."""
+    import torch
+
+    fmt = _torch_format(t) or np.dtype(str(t.dtype).removeprefix("torch."))
+    shape, strides, start = tuple(t.shape), tuple(t.stride()), t.storage_offset()
+    data = archive.data_at(keys[t.untyped_storage()._cdata], name, (start + _extent(shape, strides)) * fmt.itemsize
+                           if t.numel() else 0)
+    flat = np.concatenate([np.empty(0, fmt), *(load() for load in _strided_chunks(archive.path, data, start, shape,
+                                                                                   strides, fmt))])
+    if fmt.type.__module__ != "numpy":  # an ml_dtypes format: torch takes it by its bits
+        return torch.from_numpy(flat.view(f"u{fmt.itemsize}")).view(t.dtype).reshape(shape)
+    return torch.from_numpy(flat).reshape(shape)
+
+
+def _coalesced_source(name: str, t, archive: _Archive, keys: dict[int, str]) -> Source:
+    """A sparse tensor saved uncoalesced: repeated indices mean the sum of their values, so its indices and values
+    are read into memory (their size, not the dense tensor's) and coalesced as torch does."""
+    import torch
+
+    indices, values = _loaded(t._indices(), archive, keys, name), _loaded(t._values(), archive, keys, name)
+    merged = torch.sparse_coo_tensor(indices, values, t.shape, check_invariants=True).coalesce()._values()  # bounds checked
+    fmt = _torch_format(merged)
+    held = merged.view({1: torch.uint8, 2: torch.uint16}[fmt.itemsize]).numpy().view(fmt) \
+        if fmt.type.__module__ != "numpy" else merged.numpy()
+    return Source(name, fmt.name, t.numel(), merged.numel() * fmt.itemsize,
+                  lambda: [functools.partial(held.__getitem__, slice(i, i + CHUNK)) for i in range(0, held.size, CHUNK)],
+                  t.numel() - merged.numel())
+
+
+def _torch_sources(path: Path) -> list[Source]:
+    obj, archive, keys = _torch_structure(path)
     tensors = list(_flatten(obj))
     if not tensors:
         raise InputError(f"{path}: holds no tensors")
-    size = path.stat().st_size
-    return [_torch_source(name, t, path, size) for name, t in tensors]
+    return [_torch_source(name, t, archive, keys) for name, t in tensors]
 
 
 def open_sources(path: Path, stored_as: str | None = None) -> list[Source]:
