@@ -494,9 +494,9 @@ def scan_imports() -> list[Figure]:
         return [
             Figure("numpy pass over a 256 MiB .npy (CPU time, baseline)", floor),
             Figure("python -c 'import torch' (CPU time)", _child_cpu([PY, "-c", "import torch"])),
-            Figure("scan 256 MiB .npy --path torch-eager-cuda (recorded; no torch), CPU time", _child_cpu(
+            Figure("scan 256 MiB .npy, a recorded stack (no torch), CPU", _child_cpu(
                 [*cli, "--path", "torch-eager-cuda"]), floor),
-            Figure("scan 256 MiB .npy (default torch-eager-cpu, run by torch), CPU time", _child_cpu(cli), floor),
+            Figure("scan 256 MiB .npy, default torch-eager-cpu (torch), CPU", _child_cpu(cli), floor),
         ]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -572,9 +572,9 @@ def monitor_and_patch() -> list[Figure]:
             Figure("  the same step inside fp32_tanh_backward", t["patch"], t["plain"]),
         ]
     torch.set_num_threads(threads)
-    x = (torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) * 60).to(torch.bfloat16)
+    x16 = (torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) * 60).to(torch.bfloat16)
 
-    def cap(under_patch: bool) -> Callable[[], object]:
+    def cap(under_patch: bool, x) -> Callable[[], object]:
         def run() -> object:
             xr = x.detach().requires_grad_(True)
             if under_patch:
@@ -587,9 +587,11 @@ def monitor_and_patch() -> list[Figure]:
 
         return run
 
-    big = interleaved({"eager": cap(False), "patch": cap(True)}, repeat=5)
-    return out + [Figure("eager 30·tanh(x/30) inside fp32_tanh_backward vs without, bf16 4096×4096, fwd+bwd",
-                         big["patch"], big["eager"])]
+    for name, x in (("bf16", x16), ("fp32 (derivative in fp64)", x16.float())):
+        big = interleaved({"eager": cap(False, x), "patch": cap(True, x)}, repeat=5)
+        out.append(Figure(f"eager 30·tanh(x/30) in fp32_tanh_backward vs not, {name} 4096², fwd+bwd",
+                          big["patch"], big["eager"]))
+    return out
 
 
 def _gemma2(size: str, compiled: bool, batch: int, seq: int):
