@@ -55,7 +55,7 @@ def test_long_non_contiguous_rows_are_split_below_a_chunk(monkeypatch, tmp_path,
     base = torch.arange(40 * 50, dtype=torch.float32)
     (tmp_path / "storage").write_bytes(b"pad!" + base.numpy().tobytes())
     t = make(base)
-    loads = tensorfiles._strided_chunks(tmp_path / "storage", 4, t.storage_offset(), tuple(t.shape), t.stride(),
+    loads = tensorfiles.strided_chunks(tmp_path / "storage", 4, t.storage_offset(), tuple(t.shape), t.stride(),
                                         np.dtype(np.float32))
     chunks = [load() for load in loads]
     assert max(c.size for c in chunks) <= 16

@@ -1,13 +1,11 @@
 """Reading saved tensors for the scan: ``.npy``, ``.safetensors`` and ``.pt``, chunk by chunk, any layout.
 
-Every format is read by plain reads (``os.preadv`` into a numpy buffer) at the byte offsets its
+Every format is read by plain reads (``readinto`` a numpy buffer) at the byte offsets its
 header records, never through a memory map, so a file cut short while it is read is a short read
 and one line, never a SIGBUS. ``.npy``: the header literal, checked field by field. ``.safetensors``:
 the safetensors library opens and validates the file first. ``.pt``: the zip archive torch.save
-writes, its ``data.pkl`` read by torch's weights-only unpickler (no code from the file runs) with
-every storage on the meta device, so it gives shapes, strides and storage keys and reads no data;
-each tensor's bytes are then read from its zip member, which must be stored uncompressed (a
-compressed one is refused: its bytes are not the values). A transposed or strided tensor is read
+writes (``files/torchzip``: its structure without its data, then each tensor's bytes from its zip
+member, which must be stored uncompressed). A transposed or strided tensor is read
 piece by piece, each piece at most ``CHUNK`` values from one read of the storage it spans.
 """
 
@@ -16,8 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -28,6 +24,7 @@ import numpy as np
 from softcapgrad.laws import formats
 from softcapgrad.core.checks import InputError
 from softcapgrad.core.files import readable_file
+from softcapgrad.files.torchzip import extent
 
 KINDS = (".npy", ".pt", ".safetensors")
 CHUNK = 1 << 18  # values per read
@@ -185,11 +182,6 @@ def _safetensors_sources(path: Path) -> list[Source]:
     return out
 
 
-def _extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    """How many storage values a view of ``shape`` and (non-negative) ``strides`` spans, first to last."""
-    return 1 + sum((n - 1) * st for n, st in zip(shape, strides))
-
-
 def _pieces(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Iterator[tuple[int, tuple, tuple]]:
     """A strided view as pieces (start, shape, strides) in its own (C) order, each of at most CHUNK values over
     at most SPAN storage values: whole rows where they fit, else the recursion goes one dimension down."""
@@ -204,7 +196,7 @@ def _pieces(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Ite
         yield start, (1,), (1,)
         return
     row, row_strides = shape[1:], strides[1:]
-    row_numel, row_extent = math.prod(row), _extent(row, row_strides)
+    row_numel, row_extent = math.prod(row), extent(row, row_strides)
     if row_numel > CHUNK or row_extent > SPAN:
         for i in range(shape[0]):
             yield from _pieces(start + i * strides[0], row, row_strides)
@@ -215,17 +207,22 @@ def _pieces(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Ite
 
 
 def _read(path: Path, byte_offset: int, count: int, fmt: np.dtype) -> np.ndarray:
-    """``count`` values of ``fmt`` at ``byte_offset``, by one plain read (a short read is a file cut short)."""
+    """``count`` values of ``fmt`` at ``byte_offset``, by plain reads into one buffer; reading 0 bytes before it
+    is full means the file ends there: cut short."""
     part = np.empty(count, dtype=fmt)
-    raw = part.view(np.uint8)
+    raw = memoryview(part.view(np.uint8))
+    got = 0
     with open(path, "rb", buffering=0) as f:
-        got = os.preadv(f.fileno(), [raw], byte_offset) if hasattr(os, "preadv") else (f.seek(byte_offset), f.readinto(raw))[1]
-    if got != raw.nbytes:
-        raise truncated(path, byte_offset + raw.nbytes, byte_offset + got)
+        f.seek(byte_offset)
+        while got < len(raw):
+            step = f.readinto(raw[got:])
+            if not step:
+                raise truncated(path, byte_offset + len(raw), byte_offset + got)
+            got += step
     return part
 
 
-def _strided_chunks(path: Path, data: int, start: int, shape: tuple, strides: tuple,
+def strided_chunks(path: Path, data: int, start: int, shape: tuple, strides: tuple,
                     fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
     """The values of a strided view of a storage at byte ``data`` of the file, piece by piece, each piece one
     read of the storage span it covers."""
@@ -233,158 +230,33 @@ def _strided_chunks(path: Path, data: int, start: int, shape: tuple, strides: tu
 
     def load(piece: tuple[int, tuple, tuple]) -> np.ndarray:
         first, dims, steps = piece
-        span = _read(path, data + first * size, _extent(dims, steps), fmt)
+        span = _read(path, data + first * size, extent(dims, steps), fmt)
         view = np.lib.stride_tricks.as_strided(span, dims, tuple(st * size for st in steps), writeable=False)
         return np.ascontiguousarray(view).reshape(-1)
 
     return [functools.partial(load, piece) for piece in _pieces(start, shape, strides)]
 
 
-def _torch_format(t) -> np.dtype | None:
-    name = str(t.dtype).removeprefix("torch.")
-    return formats.resolve(name) if t.is_floating_point() and name in formats.FORMAT_NAMES else None
-
-
-def _flatten(obj, prefix: str = "") -> Iterator[tuple[str, object]]:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        yield prefix or "tensor", obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from _flatten(v, f"{prefix}.{i}" if prefix else str(i))
-
-
-PICKLE_LIMIT = 64 << 20  # bytes of a .pt's data.pkl (its structure, not its tensors): more is refused
-_METHODS = {zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
-
-
-@dataclass(frozen=True)
-class _Archive:
-    """A torch.save zip: where each storage's bytes begin in the file, by storage key."""
-
-    path: Path
-    prefix: str
-    members: dict[str, zipfile.ZipInfo]
-
-    def data_at(self, key: str, name: str, nbytes: int) -> int:
-        """Byte offset in the file of storage ``key``, which must be stored uncompressed and hold ``nbytes``."""
-        info = self.members.get(f"{self.prefix}data/{key}")
-        if info is None:
-            raise InputError(f"{self.path}: tensor {name!r} names storage {key!r}, which the archive does not hold")
-        if info.compress_type != zipfile.ZIP_STORED:
-            method = _METHODS.get(info.compress_type, f"method {info.compress_type}")
-            raise InputError(f"{self.path}: tensor {name!r} is compressed in the archive ({method}); torch.save stores "
-                             "tensors uncompressed, so save it again with torch.save (or zip it with -0)")
-        if info.file_size < nbytes:
-            raise InputError(f"{self.path}: tensor {name!r} needs {nbytes:,} bytes of its storage, which holds "
-                             f"{info.file_size:,}")
-        with open(self.path, "rb") as f:  # the local header: 30 bytes, then the name and an extra field
-            f.seek(info.header_offset)
-            local = f.read(30)
-        if len(local) < 30 or local[:4] != b"PK\x03\x04":
-            raise InputError(f"{self.path}: the archive's entry for tensor {name!r} is damaged")
-        return info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
-
-
-def _torch_structure(path: Path):
-    """The saved object with every tensor on the meta device (shape, strides, format; no data), the archive,
-    and each meta storage's key. data.pkl is read by torch's weights-only unpickler, which runs no code from
-    the file; its storages are made on the meta device, so nothing of the tensors' data is read here."""
-    import io
-
-    import torch
-    from torch import _weights_only_unpickler as safe
-
-    try:
-        archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        raise InputError(f"{path}: not a zip archive, the format torch.save writes (since torch 1.6)") from None
-    with archive:
-        members = {info.filename: info for info in archive.infolist()}
-        pickles = [n for n in members if n.endswith("data.pkl") and n.count("/") <= 1]
-        if len(pickles) != 1:
-            raise InputError(f"{path}: not a torch.save archive (no single data.pkl)")
-        prefix = pickles[0][:-len("data.pkl")]
-        if members[pickles[0]].file_size > PICKLE_LIMIT:
-            raise InputError(f"{path}: its data.pkl would be {members[pickles[0]].file_size:,} bytes, more than the "
-                             f"{PICKLE_LIMIT:,} a torch.save structure takes")
-        order = archive.read(f"{prefix}byteorder").strip() if f"{prefix}byteorder" in members else b"little"
-        if order != b"little":
-            raise InputError(f"{path}: tensors saved {order.decode('ascii', 'replace')}-endian; only little-endian is read")
-        text = archive.read(pickles[0])
-    keys: dict[int, str] = {}
-
-    def persistent_load(pid):
-        _, kind, key, _, numel = pid
-        dtype = torch.uint8 if kind is torch.UntypedStorage else kind.dtype
-        storage = torch.UntypedStorage(numel * torch._utils._element_size(dtype), device="meta")
-        keys[storage._cdata] = str(key)
-        return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
-
-    unpickler = safe.Unpickler(io.BytesIO(text), encoding="utf-8")
-    unpickler.persistent_load = persistent_load
-    return unpickler.load(), _Archive(path, prefix, members), keys
-
-
-def _torch_source(name: str, t, archive: _Archive, keys: dict[int, str]) -> Source:
-    import torch
-
-    implicit = 0
-    if t.layout != torch.strided:
-        if t.layout == torch.sparse_coo and not t.is_coalesced() and _torch_format(t) is not None:
-            return _coalesced_source(name, t, archive, keys)
-        values = t._values() if t.layout == torch.sparse_coo else t.values()
-        implicit, t = t.numel() - values.numel(), values
-    fmt = _torch_format(t)
-    if fmt is None:  # not floating-point: listed, never read
-        return Source(name, str(t.dtype).removeprefix("torch."), t.numel(), 0, list)
-    shape, strides, start = tuple(t.shape), tuple(t.stride()), t.storage_offset()
-    nbytes = (start + _extent(shape, strides)) * fmt.itemsize if t.numel() else 0
-    data = archive.data_at(keys[t.untyped_storage()._cdata], name, nbytes)
-    return Source(name, fmt.name, t.numel() + implicit, t.numel() * fmt.itemsize,
-                  lambda: _strided_chunks(archive.path, data, start, shape, strides, fmt), implicit)
-
-
-def _loaded(t, archive: _Archive, keys: dict[int, str], name: str):
-    """A meta strided tensor's values read from the archive into a real CPU tensor of the same shape."""
-    import torch
-
-    fmt = _torch_format(t) or np.dtype(str(t.dtype).removeprefix("torch."))
-    shape, strides, start = tuple(t.shape), tuple(t.stride()), t.storage_offset()
-    data = archive.data_at(keys[t.untyped_storage()._cdata], name, (start + _extent(shape, strides)) * fmt.itemsize
-                           if t.numel() else 0)
-    flat = np.concatenate([np.empty(0, fmt), *(load() for load in _strided_chunks(archive.path, data, start, shape,
-                                                                                   strides, fmt))])
-    if fmt.type.__module__ != "numpy":  # an ml_dtypes format: torch takes it by its bits
-        return torch.from_numpy(flat.view(f"u{fmt.itemsize}")).view(t.dtype).reshape(shape)
-    return torch.from_numpy(flat).reshape(shape)
-
-
-def _coalesced_source(name: str, t, archive: _Archive, keys: dict[int, str]) -> Source:
-    """A sparse tensor saved uncoalesced: repeated indices mean the sum of their values, so its indices and values
-    are read into memory (their size, not the dense tensor's) and coalesced as torch does."""
-    import torch
-
-    indices, values = _loaded(t._indices(), archive, keys, name), _loaded(t._values(), archive, keys, name)
-    merged = torch.sparse_coo_tensor(indices, values, t.shape, check_invariants=True).coalesce()._values()  # bounds checked
-    fmt = _torch_format(merged)
-    held = merged.view({1: torch.uint8, 2: torch.uint16}[fmt.itemsize]).numpy().view(fmt) \
-        if fmt.type.__module__ != "numpy" else merged.numpy()
-    return Source(name, fmt.name, t.numel(), merged.numel() * fmt.itemsize,
-                  lambda: [functools.partial(held.__getitem__, slice(i, i + CHUNK)) for i in range(0, held.size, CHUNK)],
-                  t.numel() - merged.numel())
+def _read_view(path: Path, data: int, start: int, shape: tuple, strides: tuple, fmt: np.dtype) -> np.ndarray:
+    return np.concatenate([load() for load in strided_chunks(path, data, start, shape, strides, fmt)])
 
 
 def _torch_sources(path: Path) -> list[Source]:
-    obj, archive, keys = _torch_structure(path)
-    tensors = list(_flatten(obj))
-    if not tensors:
-        raise InputError(f"{path}: holds no tensors")
-    return [_torch_source(name, t, archive, keys) for name, t in tensors]
+    """The tensors of a .pt (``files/torchzip``), each read from its storage piece by piece."""
+    from softcapgrad.files.torchzip import tensors
+
+    out = []
+    for t in tensors(path, _read_view):
+        if t.fmt is None:  # not floating-point: listed, never read
+            out.append(Source(t.name, t.dtype, t.numel, 0, list))
+        elif t.held is not None:
+            held = t.held
+            out.append(Source(t.name, t.fmt.name, t.numel, held.nbytes, lambda held=held: [
+                functools.partial(held.__getitem__, slice(i, i + CHUNK)) for i in range(0, held.size, CHUNK)], t.implicit))
+        else:
+            out.append(Source(t.name, t.fmt.name, t.numel, (t.numel - t.implicit) * t.fmt.itemsize,
+                              lambda t=t: strided_chunks(path, t.data, t.start, t.shape, t.strides, t.fmt), t.implicit))
+    return out
 
 
 def open_sources(path: Path, stored_as: str | None = None) -> list[Source]:
