@@ -1,6 +1,8 @@
 """The patch in fp32: eager's 1 − y² is exactly 0 from a ≈ 9c; with the patch the gradient is the exact
-sech² to within one unit in the last place, eager and compiled, and ``keep_fp32=True`` keeps eager's."""
+sech² to within one unit in the last place, eager and compiled, and ``keep_fp32=True`` keeps eager's.
+The remedy (softcapgrad.softcap) in fp32 and fp64: its slope from x/c formed in fp64."""
 
+import mpmath
 import numpy as np
 import pytest
 import torch
@@ -103,3 +105,33 @@ def test_patch_keeps_the_fp32_gradient_alive_under_torch_compile():
     assert np.all(_grad(plain, DEAD_IN_EAGER) == 0.0)
     got = _grad(fixed, DEAD_IN_EAGER)
     assert np.all(got > 0) and _within_one_ulp(got, _exact(DEAD_IN_EAGER))
+
+
+def _mp_sech2(values, c: float) -> np.ndarray:
+    """sech²(a/c) with a/c and sech² in 40 digits: the reference for the remedy, whose slope is at a/c itself."""
+    with mpmath.workdps(40):
+        return np.array([float(mpmath.sech(mpmath.mpf(float(v)) / c) ** 2) for v in values])
+
+
+@pytest.mark.parametrize("build_graph", [False, True])
+def test_remedy_fp32_gradient_is_within_one_unit_of_the_exact_slope(build_graph):
+    from softcapgrad.training.remedy import softcap
+
+    a = np.linspace(0.0, 1500.0, 3001, dtype=np.float32)  # out to 50c: an fp32 a/c would cost 137 units there
+    x = torch.from_numpy(a).requires_grad_(True)
+    (g,) = torch.autograd.grad(softcap(x, C).sum(), x, create_graph=build_graph)
+    exact = _mp_sech2(a, C)
+    normal = exact >= float(np.finfo(np.float32).tiny)
+    assert _within_one_ulp(g.detach().double().numpy()[normal], exact[normal])
+
+
+def test_remedy_fp64_gradient_is_computed_in_fp64():
+    from softcapgrad.training.remedy import softcap
+
+    a = np.linspace(0.0, 1500.0, 1501)
+    x = torch.from_numpy(a).requires_grad_(True)
+    (g,) = torch.autograd.grad(softcap(x, C).sum(), x)
+    exact, u = _mp_sech2(a, C), a / C
+    # a/c rounded in fp64 (half a unit) moves sech² by 2|u| times that; exp, the sum, the square and the
+    # division add a few units more: (4|u| + 8) units of 2⁻⁵³, relative
+    assert np.all(np.abs(g.double().numpy() - exact) <= (4.0 * u + 8.0) * 2.0**-53 * exact)
