@@ -455,6 +455,53 @@ def scan() -> list[Figure]:
     return out
 
 
+def _child_cpu(args: list[str], repeat: int = 3) -> float:
+    """Median CPU seconds (user + system) of a child process running ``args``: on a shared machine the CPU
+    a command takes is steadier than its wall-clock time."""
+    import resource
+
+    times = []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(times)
+
+
+_NUMPY_PASS = "import numpy as np, sys; m = np.load(sys.argv[1], mmap_mode='r'); " \
+              "[float(np.abs(m[i:i + (1 << 22)]).max()) for i in range(0, m.size, 1 << 22)]"
+
+
+def scan_imports() -> list[Figure]:
+    """CPU time of `scan` on a 256 MiB float32 .npy, a fresh process each: against a recorded stack (numpy alone:
+    no torch is imported) and against the default, live torch-eager-cpu (torch runs it), beside a numpy pass
+    over the same file and `import torch` alone."""
+    import numpy as np
+
+    folder = Path(tempfile.mkdtemp(prefix="softcapgrad-bench-"))
+    try:
+        path = folder / "logits256.npy"
+        n = (256 << 20) // 4
+        data = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n,))
+        rng = np.random.default_rng(0)
+        for start in range(0, n, 1 << 24):
+            data[start:start + (1 << 24)] = rng.normal(0, 40, min(1 << 24, n - start)).astype(np.float32)
+        data.flush()
+        del data
+        cli = [PY, "-m", "softcapgrad", "scan", str(path)]
+        floor = _child_cpu([PY, "-c", _NUMPY_PASS, str(path)])
+        return [
+            Figure("numpy pass over a 256 MiB .npy (CPU time, baseline)", floor),
+            Figure("python -c 'import torch' (CPU time)", _child_cpu([PY, "-c", "import torch"])),
+            Figure("scan 256 MiB .npy, a recorded stack (no torch), CPU", _child_cpu(
+                [*cli, "--path", "torch-eager-cuda"]), floor),
+            Figure("scan 256 MiB .npy, default torch-eager-cpu (torch), CPU", _child_cpu(cli), floor),
+        ]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # --- stacks ------------------------------------------------------------------------------------
 
 
@@ -525,9 +572,9 @@ def monitor_and_patch() -> list[Figure]:
             Figure("  the same step inside fp32_tanh_backward", t["patch"], t["plain"]),
         ]
     torch.set_num_threads(threads)
-    x = (torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) * 60).to(torch.bfloat16)
+    x16 = (torch.randn(4096, 4096, generator=torch.Generator().manual_seed(0)) * 60).to(torch.bfloat16)
 
-    def cap(under_patch: bool) -> Callable[[], object]:
+    def cap(under_patch: bool, x) -> Callable[[], object]:
         def run() -> object:
             xr = x.detach().requires_grad_(True)
             if under_patch:
@@ -540,9 +587,11 @@ def monitor_and_patch() -> list[Figure]:
 
         return run
 
-    big = interleaved({"eager": cap(False), "patch": cap(True)}, repeat=5)
-    return out + [Figure("eager 30·tanh(x/30) inside fp32_tanh_backward vs without, bf16 4096×4096, fwd+bwd",
-                         big["patch"], big["eager"])]
+    for name, x in (("bf16", x16), ("fp32 (derivative in fp64)", x16.float())):
+        big = interleaved({"eager": cap(False, x), "patch": cap(True, x)}, repeat=5)
+        out.append(Figure(f"eager 30·tanh(x/30) in fp32_tanh_backward vs not, {name} 4096², fwd+bwd",
+                          big["patch"], big["eager"]))
+    return out
 
 
 def _gemma2(size: str, compiled: bool, batch: int, seq: int):
@@ -649,7 +698,7 @@ def monitor_sampled() -> list[Figure]:
 
 SECTIONS: dict[str, Callable[[], list[Figure]]] = {
     "startup": startup, "commands": commands, "reproduce": reproduce, "remedy": remedy, "tether": tether,
-    "dynamics": dynamics, "scan": scan, "stacks": stacks, "monitor_and_patch": monitor_and_patch,
+    "dynamics": dynamics, "scan": scan, "scan_imports": scan_imports, "stacks": stacks, "monitor_and_patch": monitor_and_patch,
     "monitor_sampled": monitor_sampled,
 }
 

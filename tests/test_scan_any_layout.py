@@ -44,12 +44,22 @@ def test_non_contiguous_tensors_scan_like_their_contiguous_copy(cli, tmp_path, m
     _same_scan(_scan(cli, tmp_path / "strided.pt"), _scan(cli, tmp_path / "plain.pt"))
 
 
-def test_long_non_contiguous_rows_are_split_below_a_chunk(monkeypatch):
+@pytest.mark.parametrize("make", [
+    lambda t: t.reshape(40, 50).t(),  # rows of 40 values > CHUNK
+    lambda t: t[::7],  # a long stride
+    lambda t: t.reshape(10, 4, 50).permute(2, 0, 1)[::3, 1:, ::2],
+])
+def test_long_non_contiguous_rows_are_split_below_a_chunk(monkeypatch, tmp_path, make):
     monkeypatch.setattr(tensorfiles, "CHUNK", 16)
-    t = torch.arange(40 * 50, dtype=torch.float32).reshape(40, 50).t()  # rows of 40 values > CHUNK
-    chunks = list(tensorfiles._tensor_chunks(t))
-    assert max(c.numel() for c in chunks) <= 16
-    assert torch.equal(torch.cat(chunks), t.reshape(-1))
+    monkeypatch.setattr(tensorfiles, "SPAN", 64)
+    base = torch.arange(40 * 50, dtype=torch.float32)
+    (tmp_path / "storage").write_bytes(b"pad!" + base.numpy().tobytes())
+    t = make(base)
+    loads = tensorfiles.strided_chunks(tmp_path / "storage", 4, t.storage_offset(), tuple(t.shape), t.stride(),
+                                        np.dtype(np.float32))
+    chunks = [load() for load in loads]
+    assert max(c.size for c in chunks) <= 16
+    assert np.array_equal(np.concatenate(chunks), t.reshape(-1).numpy())
 
 
 def test_a_saved_parameter_is_scanned_like_its_tensor(cli, tmp_path):

@@ -32,14 +32,14 @@ def scan(
     def build() -> Report:
         from softcapgrad.laws import formats
         from softcapgrad.files.scan import scan_report
-        from softcapgrad.stacks.registry import STACKS, resolve_path
+        from softcapgrad.stacks.registry import STACKS, resolve_scores
 
         c = fp32_cap("--cap", cap)
         every = any(p.strip().lower() == "all" for p in path or [])
         names = list(STACKS) if every else list(dict.fromkeys(path or ["torch-eager-cpu"]))
         scores = formats.canonical_name(dtype or "bf16")
         for name in names:
-            stack, fixed = resolve_path(name)  # a bad or dropped name fails before any file is read
+            stack, fixed = resolve_scores(name, dtype, "--dtype")  # a bad name, or a format it cannot take, fails first
             if fixed is None and scores not in stack.formats:
                 if every:
                     continue

@@ -7,6 +7,7 @@ DYNAMICS_BACKWARDS = ("eager", "remedy")
 # the real stacks (softcapgrad.stacks), named here so that the command line lists them without torch
 STACK_PATHS = (
     "torch-eager-cpu", "torch-eager-cpu-upcast", "torch-eager-cpu-sigmoid", "torch-eager-cpu-remedy",
+    "torch-eager-cpu-patch",
     "torch-compile-cpu", "torch-compile-cpu-scalar", "torch-eager-cuda", "torch-compile-cuda", "flex-attention-cuda",
     "tanh-approx-cuda", "jax-jit-cpu", "jax-jit-cpu-upcast", "jax-eager-cpu", "jax-jit-cuda", "jax-jit-cuda-upcast",
     "jax-eager-cuda",

@@ -1,13 +1,13 @@
-"""Audit: do real pre-cap values reach the dead zone? (reading: models/tensorfiles; the tally: models/scantally)
+"""Audit: do real pre-cap values reach the dead zone? (reading: files/tensorfiles; the tally: files/scantally)
 
 One pass over the data answers every requested path at once. Each tensor is read in chunks of
-``tensorfiles.CHUNK`` values: ``.npy`` and ``.safetensors`` by plain reads at the byte offsets their headers
-record (numpy's header reader; the safetensors library opens and validates the file first), so a
-file cut short while it is read is a short read and one line, never a SIGBUS; ``.pt`` through
-``torch.load(weights_only=True, mmap=True)``, the file's size checked again before every chunk.
-Nothing is unpickled, and nothing grows with the file but the page cache: the scan's own memory is
-its tally and a few chunks. Any layout is read: a transposed or strided tensor chunk by chunk
-through contiguous copies of at most ``tensorfiles.CHUNK`` values, a saved ``nn.Parameter`` detached.
+``tensorfiles.CHUNK`` values by plain reads at the byte offsets its file records, never through a
+memory map, so a file cut short while it is read is a short read and one line, never a SIGBUS (a
+``.pt`` is parsed without unpickling code and its storages are read from the zip; a compressed one is
+refused). Nothing grows with the file but the page cache: the scan's own memory is its tally and a
+few chunks. Any layout is read: a transposed or strided tensor piece by piece, a saved
+``nn.Parameter`` like its tensor. A ``.npy`` or ``.safetensors`` file is read and tallied with numpy
+alone; torch is imported only to read a ``.pt`` or to run a stack that only torch measures.
 
 Per tensor and path it counts the values whose gradient through the path is exactly 0: rounded
 to the path's scores format as torch converts them (float64 data goes through float32, as torch
@@ -15,7 +15,9 @@ does), at or past the path's first zero-gradient input on the positive side, or 
 the negative side. A tanh cap dies symmetrically; a scaled sigmoid's gradient dies on the
 positive side once σ rounds to 1, and on the negative side only where σ itself underflows, which
 :func:`dead_zones` finds by searching the format's negative values rather than assuming. ±inf
-are counted (their gradient is 0), NaN is counted apart.
+are counted (their gradient is 0), NaN is counted apart. A path with no figure here (a CUDA stack in a format the recording lacks, on a machine without
+CUDA) is said to be not measured, with no count; if no path asked for has a figure the scan is
+refused rather than answered with zeros.
 
 The counts, the NaN and ±inf counts and the largest finite |a| are exact over every value; a
 chunk whose extremes stay outside a zone is not compared value by value. The attenuation
@@ -35,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from softcapgrad.core import progress
+from softcapgrad.core.checks import InputError
 from softcapgrad.laws.saturation import sech2
 from softcapgrad.files.scantally import BINS_PER_SIDE, DeadZone, _edges, _key_range, _Tally
 from softcapgrad.files import tensorfiles
@@ -61,8 +64,9 @@ def from_stack(zone, label: str | None = None) -> DeadZone:
     from softcapgrad.stacks.registry import ALIASES
 
     name = label.strip().lower() if label and label.strip().lower() in ALIASES else zone.path
+    unknown = zone.reason if zone.source == "not measured" else ""
     return DeadZone(name, zone.scores, math.inf if zone.above is None else zone.above,
-                    -math.inf if zone.below is None else zone.below)
+                    -math.inf if zone.below is None else zone.below, unknown)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,9 @@ def _summarise(t: _Tally, source: Source, c: float, low: np.ndarray, high: np.nd
     n = t.count
     zones = [{"path": z.path, "first_zero_grad_input": z.first_zero, "first_zero_grad_input_below": z.first_zero_below,
               "one_sided": z.one_sided, "count": a + b, "above": a, "below": b, "fraction": (a + b) / n if n else None}
+             if not z.unknown else
+             {"path": z.path, "first_zero_grad_input": None, "first_zero_grad_input_below": None, "one_sided": None,
+              "count": None, "above": None, "below": None, "fraction": None, "not_measured": z.unknown}
              for z, a, b in zip(t.zones, t.above, t.below)]
     magnitude, lower = np.abs(high), np.abs(low)  # upper and lower end of each entry's |a|
     order = np.argsort(magnitude, kind="stable")
@@ -161,6 +168,9 @@ def scan_answer(path: Path, c: float, scans: list[Scan], zones: list[DeadZone]) 
         return (f"{path.name} holds no values to scan (empty or all NaN): nothing lies in a dead zone.",)
     sentences = []
     for i, z in enumerate(zones):
+        if z.unknown:
+            sentences.append(f"{z.path} ({z.scores} scores, c = {c:g}) is not measured: {z.unknown}.")
+            continue
         dead = sum(s.beyond[i]["count"] for s in scans)
         where = f"a ≥ {z.first_zero:g}" if math.isfinite(z.first_zero) else ""
         if math.isfinite(z.first_zero_below):
@@ -168,10 +178,15 @@ def scan_answer(path: Path, c: float, scans: list[Scan], zones: list[DeadZone]) 
         sentences.append(f"{dead:,} of {n:,} values ({dead / n:.3g}) lie where {z.path} ({z.scores} scores, c = {c:g}) "
                          f"returns an exactly zero gradient ({where or 'nowhere in the format'}).")
     if len(sentences) > 2:
+        known = [(i, z) for i, z in enumerate(zones) if not z.unknown]
+        unknown = [z.path for z in zones if z.unknown]
         sentences = [f"{len(zones)} paths at c = {c:g}: " + "; ".join(
-            f"{z.path} {sum(s.beyond[i]['count'] for s in scans):,}" for i, z in enumerate(zones))
-            + f" of {n:,} values lie in the dead zone."]
-    worst = max(scans, key=lambda s: (max((b["count"] for b in s.beyond), default=0), s.max_abs or 0.0))
+            f"{z.path} {sum(s.beyond[i]['count'] for s in scans):,}" for i, z in known)
+            + f" of {n:,} values lie in the dead zone." if known else f"{len(zones)} paths at c = {c:g}."]
+        if unknown:
+            sentences.append(f"Not measured here ({zones[0].scores} scores; no live run and no recording): "
+                             f"{', '.join(unknown)}.")
+    worst = max(scans, key=lambda s: (max((b["count"] or 0 for b in s.beyond), default=0), s.max_abs or 0.0))
     where = f"; the most dead values are in {worst.name!r}." if len(scans) > 1 else "."
     top = max((s.max_abs for s in scans if s.max_abs is not None), default=None)
     infinite = sum(s.inf_count for s in scans)
@@ -190,6 +205,10 @@ def scan_report(path: Path, c: float, path_names: list[str], keys: list[str] | N
 
     sources = select(open_sources(path, stored_as), keys, path)
     zones = dead_zones(path_names, c, scores)
+    if all(z.unknown for z in zones):  # nothing to count against: an answer of 0 would read as "none dead"
+        z = zones[0]
+        raise InputError(f"--path {', '.join(path_names)} with {z.scores} scores at c = {c:g} is not measured here: "
+                         f"{z.unknown}")
     scans = scan_sources(sources, c, zones, path.name)
     rows = [{"name": s.name, "dtype": s.dtype, "count": s.count, "nan_count": s.nan_count, "inf_count": s.inf_count,
              "max_abs": s.max_abs, "sampled_every": s.sample_step} for s in scans]
@@ -197,7 +216,7 @@ def scan_report(path: Path, c: float, path_names: list[str], keys: list[str] | N
              "first_zero_grad_input_below": b["first_zero_grad_input_below"], "count": b["count"], "above": b["above"],
              "below": b["below"], "fraction": b["fraction"]} for s in scans for z, b in zip(zones, s.beyond)]
     quantiles = [{"name": s.name, **q} for s in scans for q in s.attenuation_quantiles]
-    shown = max(scans, key=lambda s: (max((b["count"] for b in s.beyond), default=0), s.count), default=None)
+    shown = max(scans, key=lambda s: (max((b["count"] or 0 for b in s.beyond), default=0), s.count), default=None)
     tables = [
         Table("rows", f"{path.name}: the tensors scanned", rows, ("name", "dtype", "count", "max_abs"),
               wide=("nan_count", "inf_count", "sampled_every")),
@@ -215,7 +234,8 @@ def scan_report(path: Path, c: float, path_names: list[str], keys: list[str] | N
     notes = ["a value counts as dead when, rounded to the path's scores format, it lies at or past the path's first "
              "zero-gradient input (on the negative side: at or below the first one there)"]
     notes += [f"{z.path}: one-sided; its gradient dies past {z.first_zero:g} and only below {z.first_zero_below:g}"
-              for z in zones if z.one_sided]
+              for z in zones if z.one_sided and not z.unknown]
+    notes += [f"{z.path}: not measured ({z.unknown}); its counts are empty, not 0" for z in zones if z.unknown]
     if sampled:
         notes.append("quantiles and histograms from every k-th value (k = " + ", ".join(
             f"{s.sample_step} for {s.name}" for s in sampled) + "); the counts are over every value")
@@ -227,7 +247,9 @@ def scan_report(path: Path, c: float, path_names: list[str], keys: list[str] | N
         answer=scan_answer(path, c, scans, zones),
         tables=tuple(tables),
         notes=tuple(notes),
-        figures={"zones": [{"path": z.path, "scores": z.scores, "first_zero_grad_input": z.first_zero,
-                            "first_zero_grad_input_below": z.first_zero_below} for z in zones]},
+        figures={"zones": [{"path": z.path, "scores": z.scores,
+                            "first_zero_grad_input": None if z.unknown else z.first_zero,
+                            "first_zero_grad_input_below": None if z.unknown else z.first_zero_below,
+                            "not_measured": z.unknown or None} for z in zones]},
     )
 

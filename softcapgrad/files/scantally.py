@@ -27,13 +27,16 @@ class DeadZone:
 
     ``first_zero``: the smallest a > 0 with a zero gradient (inf: none); ``first_zero_below``: the
     negative a of smallest |a| with a zero gradient (−inf: none). ``scores``: the format the path
-    rounds the pre-cap values to before the cap (a name ``formats.resolve`` accepts).
+    rounds the pre-cap values to before the cap (a name ``formats.resolve`` accepts). ``unknown``: a zone
+    that nothing here measured or recorded; its ends are then ±inf only so that the tally runs, and no
+    count is reported for it.
     """
 
     path: str
     scores: str
     first_zero: float
     first_zero_below: float
+    unknown: str = ""  # why the path has no figure here (not measured, not recorded); "" when it has one
 
     @property
     def one_sided(self) -> bool:
@@ -41,12 +44,17 @@ class DeadZone:
 
 
 def _to_scores(values: np.ndarray, scores: str) -> np.ndarray:
-    """Values converted to the scores format as torch converts them, as float64 (float64 goes through float32)."""
-    import torch
-
-    target = formats.torch_dtype(formats.resolve(scores))
-    x = torch.from_numpy(np.ascontiguousarray(values))
-    return (x if target is None else x.to(target)).double().numpy()
+    """Values converted to the scores format as torch converts them, as float64: wider data goes through
+    float32 first (torch's conversion of a double to bf16 or fp16 does), then one round-to-nearest-even to
+    the format (numpy's and ml_dtypes' conversions round as torch's do); float64 scores take the values as
+    they are. numpy only: the scan of a .npy or .safetensors file needs no torch."""
+    target = formats.resolve(scores)
+    x = np.asarray(values)
+    if target.itemsize >= 8:
+        return x.astype(np.float64)
+    with np.errstate(over="ignore"):  # past float32's range: ±inf, as in torch
+        wide = x.astype(np.float32) if x.dtype.itemsize > 4 else x
+        return wide.astype(target).astype(np.float64)
 
 
 @lru_cache(maxsize=256)

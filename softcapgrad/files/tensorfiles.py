@@ -1,11 +1,12 @@
 """Reading saved tensors for the scan: ``.npy``, ``.safetensors`` and ``.pt``, chunk by chunk, any layout.
 
-``.npy`` and ``.safetensors`` are read by plain reads at the byte offsets their headers record
-(numpy's header reader; the safetensors library opens and validates the file first), so a file cut
-short while it is read is a short read and one line, never a SIGBUS; ``.pt`` through
-``torch.load(weights_only=True, mmap=True)``, the file's size checked again before every chunk. A
-transposed or strided tensor is read through contiguous copies of at most ``CHUNK`` values, a saved
-``nn.Parameter`` detached. Nothing is unpickled.
+Every format is read by plain reads (``readinto`` a numpy buffer) at the byte offsets its
+header records, never through a memory map, so a file cut short while it is read is a short read
+and one line, never a SIGBUS. ``.npy``: the header literal, checked field by field. ``.safetensors``:
+the safetensors library opens and validates the file first. ``.pt``: the zip archive torch.save
+writes (``files/torchzip``: its structure without its data, then each tensor's bytes from its zip
+member, which must be stored uncompressed). A transposed or strided tensor is read
+piece by piece, each piece at most ``CHUNK`` values from one read of the storage it spans.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import numpy as np
 from softcapgrad.laws import formats
 from softcapgrad.core.checks import InputError
 from softcapgrad.core.files import readable_file
+from softcapgrad.files.torchzip import extent
 
 KINDS = (".npy", ".pt", ".safetensors")
 CHUNK = 1 << 18  # values per read
+SPAN = 4 * CHUNK  # storage values one read of a strided tensor may span
 
 
 # safetensors dtype names -> numpy formats (packed 4- and 6-bit types are refused)
@@ -83,47 +86,64 @@ def truncated(path: Path, expected: int, found: int) -> InputError:
                       "scan it again once whatever writes it has finished")
 
 
-def _mapped_chunks(path: Path, offset: int, count: int, stored: np.dtype, fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
+def _read_chunks(path: Path, offset: int, count: int, stored: np.dtype, fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
     """``count`` values of ``stored`` from byte ``offset``, read chunk by chunk, as chunks of ``fmt`` in native byte order.
 
     Plain reads rather than a memory map: a file that shrinks under a map kills the process with
     SIGBUS, a file that shrinks under a read gives a short read, which is reported."""
-    if not count:
-        return []
 
     def load(start: int) -> np.ndarray:
-        part = np.empty(min(CHUNK, count - start), dtype=stored)
-        raw = part.view(np.uint8)
-        with open(path, "rb", buffering=0) as f:
-            f.seek(offset + start * stored.itemsize)
-            got = f.readinto(raw)
-        if got != raw.nbytes:
-            raise truncated(path, offset + (start + len(part)) * stored.itemsize, offset + start * stored.itemsize + got)
+        part = _read(path, offset + start * stored.itemsize, min(CHUNK, count - start), stored)
         return part.view(fmt) if stored.kind == "V" else part.astype(fmt, copy=False)
 
     return [functools.partial(load, start) for start in range(0, count, CHUNK)]
 
 
+NPY_HEADER_LIMIT = 10_000  # bytes: the header np.load reads without max_header_size (numpy's own limit)
+
+
 def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
-    """Shape, stored format and data offset of a .npy file, by numpy's header reader. A descriptor
-    numpy cannot read back ('<f1': what np.save writes for some ml_dtypes formats) is read as raw
-    bytes of that size: the header is the same Python literal numpy parses (ast.literal_eval)."""
+    """Shape, stored format and data offset of a .npy file. The header is the Python literal numpy writes,
+    read with ``ast.literal_eval`` (no code runs) and checked field by field, so a bad one is named: a
+    header longer than numpy reads safely, a negative dimension, a ``fortran_order`` that is not a bool.
+    A descriptor numpy cannot read back ('<f1': what np.save writes for some ml_dtypes formats) is read
+    as raw bytes of that size. Column-major data (``fortran_order`` True) is read in its stored order: the
+    scan's counts do not depend on the order of the values."""
     import ast
 
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        try:
-            shape, _, dtype = read(f)
-            return shape, dtype, f.tell()
-        except ValueError:
-            f.seek(6 + 2)
-            length = int.from_bytes(f.read(2 if version == (1, 0) else 4), "little")
-            header = ast.literal_eval(f.read(length).decode("latin1"))
-            descr = header["descr"]
-            if not (isinstance(descr, str) and descr[-1:].isdigit()):
-                raise
-            return tuple(header["shape"]), np.dtype(f"V{int(descr.lstrip('<>|=')[1:])}"), f.tell()
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise InputError(f"{path}: .npy format version {version[0]}.{version[1]}, not 1.0, 2.0 or 3.0")
+        length = int.from_bytes(f.read(2 if version == (1, 0) else 4), "little")
+        if length > NPY_HEADER_LIMIT:
+            raise InputError(f"{path}: a .npy header of {length:,} bytes, more than the {NPY_HEADER_LIMIT:,} that "
+                             "numpy reads safely (one tensor's header takes about a hundred)")
+        text = f.read(length)
+        offset = f.tell()
+    if len(text) < length:
+        raise InputError(f"{path}: the file ends inside its .npy header")
+    try:
+        header = ast.literal_eval(text.decode("utf8" if version == (3, 0) else "latin1"))
+    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
+        raise InputError(f"{path}: the .npy header is not the literal numpy writes") from None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise InputError(f"{path}: the .npy header must hold exactly descr, fortran_order and shape")
+    shape, order = header["shape"], header["fortran_order"]
+    if not isinstance(order, bool):
+        raise InputError(f"{path}: the .npy header's fortran_order is {order!r}, not True or False")
+    if not (isinstance(shape, tuple) and all(type(n) is int for n in shape)):
+        raise InputError(f"{path}: the .npy header's shape {shape!r} is not a tuple of integers")
+    if any(n < 0 for n in shape):
+        raise InputError(f"{path}: the .npy header's shape {shape} has a negative dimension")
+    descr = header["descr"]
+    try:
+        dtype = np.lib.format.descr_to_dtype(descr)
+    except (TypeError, ValueError):
+        if not (isinstance(descr, str) and descr[-1:].isdigit() and descr.lstrip("<>|=")[1:].isdigit()):
+            raise InputError(f"{path}: the .npy header's descr {descr!r} is not a numpy format") from None
+        dtype = np.dtype(f"V{int(descr.lstrip('<>|=')[1:])}")
+    return shape, dtype, offset
 
 
 def _npy_sources(path: Path, stored_as: str | None) -> list[Source]:
@@ -135,7 +155,7 @@ def _npy_sources(path: Path, stored_as: str | None) -> list[Source]:
     if path.stat().st_size < offset + numel * dtype.itemsize:
         raise InputError(f"{path}: the file ends before its data does")
     return [Source("array", fmt.name, numel, numel * dtype.itemsize,
-                   lambda: _mapped_chunks(path, offset, numel, dtype, fmt))]
+                   lambda: _read_chunks(path, offset, numel, dtype, fmt))]
 
 
 def _safetensors_sources(path: Path) -> list[Source]:
@@ -158,92 +178,85 @@ def _safetensors_sources(path: Path) -> list[Source]:
         fmt = np.dtype(_SAFETENSORS[kind])
         offset = 8 + size + begin
         out.append(Source(name, fmt.name, numel, end - begin,
-                          lambda offset=offset, numel=numel, fmt=fmt: _mapped_chunks(path, offset, numel, fmt, fmt)))
+                          lambda offset=offset, numel=numel, fmt=fmt: _read_chunks(path, offset, numel, fmt, fmt)))
     return out
 
 
-def _tensor_chunks(t) -> Iterator:
-    """Chunks of at most CHUNK values of a tensor: flat views where it is contiguous; elsewhere
-    (a transposed weight, a strided slice) contiguous copies of whole rows, or of the slices of a
-    row too long for one chunk. The recursion goes one dimension down each time."""
-    if t.is_contiguous():
-        flat = t.reshape(-1)
-        for start in range(0, flat.numel(), CHUNK):
-            yield flat[start:start + CHUNK]
-    elif t.numel() == 0:
+def _pieces(start: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Iterator[tuple[int, tuple, tuple]]:
+    """A strided view as pieces (start, shape, strides) in its own (C) order, each of at most CHUNK values over
+    at most SPAN storage values: whole rows where they fit, else the recursion goes one dimension down."""
+    kept = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    if any(n == 0 for n, _ in kept):
         return
-    elif t.dim() <= 1 or t[0].numel() <= CHUNK:
-        rows = t.reshape(-1, 1) if t.dim() <= 1 else t  # a 1-D strided tensor: its values as rows of one
-        step = max(1, CHUNK // max(1, rows[0].numel()))
-        for start in range(0, rows.shape[0], step):
-            yield rows[start:start + step].contiguous().reshape(-1)
-    else:
-        for i in range(t.shape[0]):
-            yield from _tensor_chunks(t[i])
+    shape, strides = tuple(n for n, _ in kept), tuple(st for _, st in kept)
+    numel = math.prod(shape)
+    if strides == tuple(math.prod(shape[i + 1:]) for i in range(len(shape))):  # contiguous: one flat run
+        shape, strides = (numel,), (1,)
+    if not shape:  # one value
+        yield start, (1,), (1,)
+        return
+    row, row_strides = shape[1:], strides[1:]
+    row_numel, row_extent = math.prod(row), extent(row, row_strides)
+    if row_numel > CHUNK or row_extent > SPAN:
+        for i in range(shape[0]):
+            yield from _pieces(start + i * strides[0], row, row_strides)
+        return
+    rows = min(CHUNK // row_numel, shape[0] if strides[0] == 0 else (SPAN - row_extent) // strides[0] + 1)
+    for i in range(0, shape[0], rows):
+        yield start + i * strides[0], (min(rows, shape[0] - i), *row), strides
 
 
-def _torch_format(t) -> np.dtype | None:
-    name = str(t.dtype).removeprefix("torch.")
-    return formats.resolve(name) if t.is_floating_point() and name in formats.FORMAT_NAMES else None
+def _read(path: Path, byte_offset: int, count: int, fmt: np.dtype) -> np.ndarray:
+    """``count`` values of ``fmt`` at ``byte_offset``, by plain reads into one buffer; reading 0 bytes before it
+    is full means the file ends there: cut short."""
+    part = np.empty(count, dtype=fmt)
+    raw = memoryview(part.view(np.uint8))
+    got = 0
+    with open(path, "rb", buffering=0) as f:
+        f.seek(byte_offset)
+        while got < len(raw):
+            step = f.readinto(raw[got:])
+            if not step:
+                raise truncated(path, byte_offset + len(raw), byte_offset + got)
+            got += step
+    return part
 
 
-def _as_numpy(chunk, fmt: np.dtype) -> np.ndarray:
-    """A torch chunk as a numpy array of the same values, without a copy (ml_dtypes formats by their bits)."""
-    import torch
+def strided_chunks(path: Path, data: int, start: int, shape: tuple, strides: tuple,
+                    fmt: np.dtype) -> list[Callable[[], np.ndarray]]:
+    """The values of a strided view of a storage at byte ``data`` of the file, piece by piece, each piece one
+    read of the storage span it covers."""
+    size = fmt.itemsize
 
-    if fmt.type.__module__ == "numpy":
-        return chunk.numpy()
-    return chunk.view({1: torch.uint8, 2: torch.uint16}[fmt.itemsize]).numpy().view(fmt)
+    def load(piece: tuple[int, tuple, tuple]) -> np.ndarray:
+        first, dims, steps = piece
+        span = _read(path, data + first * size, extent(dims, steps), fmt)
+        view = np.lib.stride_tricks.as_strided(span, dims, tuple(st * size for st in steps), writeable=False)
+        return np.ascontiguousarray(view).reshape(-1)
 
-
-def _torch_source(name: str, t, path: Path | None = None, size: int = 0) -> Source:
-    import torch
-
-    t = t.detach()  # a saved nn.Parameter comes back requiring grad
-    implicit = 0
-    if t.layout != torch.strided:
-        values = t.coalesce().values() if t.is_sparse else t.values()
-        implicit, t = t.numel() - values.numel(), values
-    fmt = _torch_format(t)
-    if fmt is None:  # not floating-point: listed, never read
-        return Source(name, str(t.dtype).removeprefix("torch."), t.numel(), 0, list)
-    return Source(name, fmt.name, t.numel() + implicit, t.numel() * t.element_size(),
-                  lambda: [functools.partial(_checked, path, size, _as_numpy, c, fmt) for c in _tensor_chunks(t)],
-                  implicit)
+    return [functools.partial(load, piece) for piece in _pieces(start, shape, strides)]
 
 
-def _checked(path: Path | None, size: int, load: Callable, *args) -> np.ndarray:
-    """``load(*args)`` once the memory-mapped file is still its whole size: the map of a file cut
-    short gives SIGBUS where its end used to be."""
-    if path is not None:
-        now = path.stat().st_size
-        if now < size:
-            raise truncated(path, size, now)
-    return load(*args)
-
-
-def _flatten(obj, prefix: str = "") -> Iterator[tuple[str, object]]:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        yield prefix or "tensor", obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from _flatten(v, f"{prefix}.{i}" if prefix else str(i))
+def _read_view(path: Path, data: int, start: int, shape: tuple, strides: tuple, fmt: np.dtype) -> np.ndarray:
+    return np.concatenate([load() for load in strided_chunks(path, data, start, shape, strides, fmt)])
 
 
 def _torch_sources(path: Path) -> list[Source]:
-    import torch
+    """The tensors of a .pt (``files/torchzip``), each read from its storage piece by piece."""
+    from softcapgrad.files.torchzip import tensors
 
-    obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    tensors = list(_flatten(obj))
-    if not tensors:
-        raise InputError(f"{path}: holds no tensors")
-    size = path.stat().st_size
-    return [_torch_source(name, t, path, size) for name, t in tensors]
+    out = []
+    for t in tensors(path, _read_view):
+        if t.fmt is None:  # not floating-point: listed, never read
+            out.append(Source(t.name, t.dtype, t.numel, 0, list))
+        elif t.held is not None:
+            held = t.held
+            out.append(Source(t.name, t.fmt.name, t.numel, held.nbytes, lambda held=held: [
+                functools.partial(held.__getitem__, slice(i, i + CHUNK)) for i in range(0, held.size, CHUNK)], t.implicit))
+        else:
+            out.append(Source(t.name, t.fmt.name, t.numel, (t.numel - t.implicit) * t.fmt.itemsize,
+                              lambda t=t: strided_chunks(path, t.data, t.start, t.shape, t.strides, t.fmt), t.implicit))
+    return out
 
 
 def open_sources(path: Path, stored_as: str | None = None) -> list[Source]:

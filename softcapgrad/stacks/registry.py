@@ -42,7 +42,7 @@ class Stack:
     engine: str  # torch-eager | torch-compile | torch-compile-scalar | jax-jit | jax-eager | flex | tanh-approx
     formats: tuple[str, ...]  # canonical names of the score formats it applies to
     computes: str  # one line: which tanh, how a/c is formed, what the backward reads
-    fn: str = "tanh"  # tanh | sigmoid | remedy
+    fn: str = "tanh"  # tanh | sigmoid | remedy | patch
     upcast: bool = False  # the scores are cast to fp32 before the cap
 
     @property
@@ -70,6 +70,9 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
     Stack("torch-eager-cpu-remedy", "torch", "cpu", "torch-eager", ALL3,
           "softcapgrad.softcap: the eager forward; the backward sech²(a/c) in fp32 from the saved input, rounded "
           "once: zero only where that underflows the format", fn="remedy"),
+    Stack("torch-eager-cpu-patch", "torch", "cpu", "torch-eager", ALL3,
+          f"c·torch.tanh(a/c) {_EAGER_CPU}, run under softcapgrad.patch: the eager forward; the tanh backward "
+          "sech²(a/c) from the saved input (bf16/fp16: in fp32; fp32: in fp64), rounded once", fn="patch"),
     Stack("torch-compile-cpu", "torch", "cpu", "torch-compile", ALL3,
           f"torch.compile (inductor C++ vector code at the ISA it picks in this process: the CPU's widest, or the one "
           f"ATEN_CPU_CAPABILITY names): {_COMPILE}; tanh is SLEEF's tanhf_u10, "
@@ -120,6 +123,9 @@ DROPPED: dict[str, str] = {
 }
 
 
+REMEDIES = ("remedy", "patch")  # the stack functions that are a remedy, not a cap as user code writes it
+
+
 def resolve_path(name: str) -> tuple[Stack, str | None]:
     """A --path value: a stack (no format fixed) or an old recipe name (stack and scores format)."""
     key = name.strip().lower()
@@ -134,6 +140,16 @@ def resolve_path(name: str) -> tuple[Stack, str | None]:
                      f"{suggestion(name, [*STACKS, *ALIASES])}")
 
 
+def resolve_scores(name: str, scores: str | None, option: str) -> tuple[Stack, str | None]:
+    """A --path value with the scores format asked for (None: none asked): an old recipe name fixes its format,
+    and a different one asked for is refused rather than dropped."""
+    stack, fixed = resolve_path(name)
+    if fixed is not None and scores is not None and formats.canonical_name(scores) != fixed:
+        raise InputError(f"--path {name} is {stack.name} with {fixed} scores and takes no {option} {scores}: "
+                         f"use --path {stack.name} {option} {scores}")
+    return stack, fixed
+
+
 @dataclass(frozen=True)
 class StackResult:
     path: str
@@ -145,6 +161,20 @@ class StackResult:
     reason: str  # how it was found, or why there is no figure
     saturated_run_start: float | None = None  # where the contiguous run of zeros (1.0s) up to the searched end begins
     last_unsaturated: float | None = None  # past ``value``, the last searched input that is not zero (1.0)
+
+
+@functools.cache
+def torch_build() -> str:
+    """'cuda' unless the installed torch certainly has no CUDA: not installed, or a CPU-only build (a version
+    tagged +cpu). Read from the package's metadata, without importing torch: a scan against recorded CUDA
+    stacks then needs no torch at all."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "torch is not installed"
+    return f"torch {version} is a CPU-only build" if version.endswith("+cpu") else "cuda"
 
 
 def runs_here(stack: Stack) -> str:
@@ -161,6 +191,9 @@ def runs_here(stack: Stack) -> str:
                 return "jax has no GPU here"
         return ""
     if stack.device == "cuda":
+        build = torch_build()
+        if build != "cuda":
+            return f"no CUDA device here ({build})"
         import torch
 
         if not torch.cuda.is_available():
@@ -289,9 +322,12 @@ def first_zero(path: str, scores: str, c: float, sigmoid: Sigmoid = Sigmoid()) -
         dtype = formats.resolve(scores)
         switch = formats.find_switch(dtype, lambda v: gradient(stack, v, dtype, c, sigmoid) == 0.0)
         return _from_switch(stack, scores, c, switch)
-    caps = sorted({r.cap for r in recorded.packaged().rows if r.path == stack.name and r.cap is not None})
+    held = [r for r in recorded.packaged().rows if r.path == stack.name and r.cap is not None
+            and r.quantity == "first_zero_grad_input"]
+    kinds = ", ".join(dict.fromkeys(r.scores for r in held))
+    caps = ", ".join(f"{x:g}" for x in sorted({r.cap for r in held}))
     absent = (f"{why}, and the recording on {recorded.packaged().device} has no {scores} scores at c = {c:g} "
-              f"for this stack" + (f" (it has c = {', '.join(f'{x:g}' for x in caps)})" if caps else ""))
+              f"for this stack" + (f" (it holds {kinds} scores at c = {caps})" if held else ""))
     return _from_recording(stack, scores, c, "first_zero_grad_input", absent)
 
 
@@ -357,7 +393,8 @@ def dead_zone(path: str, c: float, scores: str | None = None, sigmoid: Sigmoid =
     else:
         below, how = (None if top.value is None else -top.value), "negative side mirrored from the positive one"
     one_sided = below != (None if top.value is None else -top.value)
-    return DeadZone(stack.name, scores, c, top.value, below, one_sided, top.source, f"{top.reason}; {how}")
+    reason = top.reason if top.source == "not measured" else f"{top.reason}; {how}"
+    return DeadZone(stack.name, scores, c, top.value, below, one_sided, top.source, reason)
 
 
 def dead(zone: DeadZone, values: np.ndarray) -> np.ndarray:

@@ -7,10 +7,14 @@ from softcapgrad.laws import formats
 from softcapgrad.stacks import recording as recorded
 from softcapgrad.core.checks import InputError
 from softcapgrad.core.report import Report, Table
-from softcapgrad.stacks.registry import ALIASES, STACKS, Sigmoid, first_zero, resolve_path, runs_here
+from softcapgrad.stacks.registry import (
+    ALIASES, REMEDIES, STACKS, Sigmoid, first_zero, resolve_path, resolve_scores, runs_here
+)
 
 SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 DEFAULT_SCORES = ("bfloat16", "float32")
+REMEDY_CAP = 30.0  # the cap at which ``stacks`` shows where each remedy's gradient first becomes 0
+BASELINE = "torch-eager-cpu"  # the plain cap the remedies are set against
 
 
 def _row(path: str, scores: str, c: float, sigmoid: Sigmoid) -> dict:
@@ -81,13 +85,18 @@ def horizon_paths_report(paths: list[str], scores: list[str] | None, caps: list[
     are all the stacks, and one that takes none of the formats asked for is left out rather than refused."""
     rows, notes, shown = [], [], {}
     wanted = [formats.canonical_name(s) for s in scores] if scores else list(DEFAULT_SCORES)
-    for name in paths:
+    plan = []
+    for name in paths:  # every name checked before anything runs
         stack, fixed = resolve_path(name)
+        if fixed and scores and fixed not in wanted:  # an old recipe name fixes its format: never dropped
+            resolve_scores(name, scores[0], "--scores")
         chosen = [fixed] if fixed else [f for f in wanted if f in stack.formats]
         if not chosen and every:
             continue
         if not chosen:
             raise InputError(f"--path {name} takes {', '.join(stack.formats)} scores; --scores gave {', '.join(wanted)}")
+        plan.append((name, stack, fixed, chosen))
+    for name, stack, fixed, chosen in plan:
         shown[stack.name] = stack
         if fixed:
             notes.append(f"{name} is {stack.name} with {fixed} scores (the recipe it named runs exactly this code)")
@@ -120,8 +129,36 @@ def horizon_paths_report(paths: list[str], scores: list[str] | None, caps: list[
     )
 
 
+def remedy_rows(c: float = REMEDY_CAP) -> list[dict]:
+    """Per remedy stack and scores format, the first input whose gradient is exactly 0, found by running the
+    remedy (or its recording), beside the plain eager cap's."""
+    rows = []
+    for s in STACKS.values():
+        if s.fn not in REMEDIES:
+            continue
+        for fmt in s.formats:
+            r, plain = first_zero(s.name, fmt, c), first_zero(BASELINE, fmt, c)
+            rows.append({"path": s.name, "scores": SHORT[fmt], "cap": c, "first_zero_grad_input": r.value,
+                         "eager_first_zero_grad_input": plain.value, "monotone": r.monotone, "source": r.source,
+                         "reason": r.reason})
+    return rows
+
+
+def _remedy_sentence(rows: list[dict]) -> str:
+    def at(v) -> str:
+        return "nowhere" if v is None else f"{v:.6g}"
+
+    parts = [f"{path} " + ", ".join(f"{r['scores']} {at(r['first_zero_grad_input'])}" for r in rows if r["path"] == path)
+             for path in dict.fromkeys(r["path"] for r in rows)]
+    eager = ", ".join(f"{r['scores']} {at(r['eager_first_zero_grad_input'])}"
+                      for r in rows if r["path"] == rows[0]["path"])
+    return (f"At c = {rows[0]['cap']:g} the remedies' gradients first become exactly 0 at a = " + "; ".join(parts)
+            + f" (the plain {BASELINE}: {eager}).")
+
+
 def stacks_report() -> Report:
-    """Every stack: its device, the score formats it takes, and where its figures come from on this machine."""
+    """Every stack: its device, the score formats it takes, where its figures come from on this machine, and
+    where each remedy's gradient first becomes 0 per scores format."""
     rec = recorded.packaged()
     rows = []
     in_recording = {r.path for r in rec.rows}
@@ -133,14 +170,20 @@ def stacks_report() -> Report:
     live = [r["path"] for r in rows if r["source"] == "measured"]
     absent = {r["reason"]: [x["path"] for x in rows if x["reason"] == r["reason"]]
               for r in rows if r["source"] == "not measured"}
+    remedies = remedy_rows()
     return Report(
         command="stacks",
-        params={"recording": {"device": rec.device, "date": rec.date, "versions": rec.versions}},
-        tables=(Table("rows", "the real stacks", rows, ("path", "device", "scores", "source"), wide=("reason", "computes")),),
+        params={"recording": {"device": rec.device, "date": rec.date, "versions": rec.versions}, "remedy_cap": REMEDY_CAP},
+        tables=(Table("rows", "the real stacks", rows, ("path", "device", "scores", "source"), wide=("reason", "computes")),
+                Table("remedies", f"the first input whose gradient through each remedy is exactly 0 (c = {REMEDY_CAP:g}), "
+                                  f"beside {BASELINE}'s", remedies,
+                      ("path", "scores", "first_zero_grad_input", "eager_first_zero_grad_input", "source"),
+                      wide=("monotone", "reason"), digits=9)),
         notes=(*(f"{s.name}: {s.computes}" for s in STACKS.values()),
                f"old recipe names: {', '.join(f'{k} = {v[0]} ({SHORT[v[1]]})' for k, v in ALIASES.items())}",
                f"recording: {rec.provenance}"),
         answer=(f"{len(live)} of {len(rows)} stacks run on this machine and are measured live; the others come from "
                 f"the recording made on {rec.device} on {rec.date} (torch {rec.versions.get('torch', '?')})"
-                + "".join(f"; {', '.join(paths)}: {why}" for why, paths in absent.items()) + ".",),
+                + "".join(f"; {', '.join(paths)}: {why}" for why, paths in absent.items()) + ".",
+                _remedy_sentence(remedies)),
     )

@@ -95,7 +95,8 @@ def vector_simdlen() -> int | None:
 
 
 def formula(fn: str, c: float, sigmoid: tuple[float, float, float], upcast: bool) -> Callable:
-    """The cap as user code writes it: c·tanh(a/c), m·σ((a + b)/s), or the remedy; ``upcast``: on a.float()."""
+    """The cap as user code writes it: c·tanh(a/c), m·σ((a + b)/s), the remedy (softcapgrad.softcap), or c·tanh(a/c)
+    under softcapgrad.patch's mode; ``upcast``: on a.float()."""
     import torch
 
     m, s, b = sigmoid
@@ -110,6 +111,12 @@ def formula(fn: str, c: float, sigmoid: tuple[float, float, float], upcast: bool
 
         def cap(x):
             return softcap(x, c)
+    elif fn == "patch":
+        from softcapgrad.training.fp32grad import fp32_tanh_backward
+
+        def cap(x):
+            with fp32_tanh_backward():
+                return c * torch.tanh(x / c)
     else:
         raise ValueError(fn)
     if not upcast:
