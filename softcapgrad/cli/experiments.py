@@ -22,8 +22,8 @@ def experiment_figure(res: dict):
     colours = dict(zip(ARM_NAMES, ("tab:red", "tab:blue", "tab:orange", "tab:green", "tab:grey")))
     for ax, row in zip(axes[0], depths):
         key = f"{row['depth']:g}x"
-        for arm, by_depth in res["arms"].items():
-            for i, curve in enumerate(by_depth[key]["curves"].values()):
+        for arm in res["design"]["arms"]:
+            for i, curve in enumerate(res["arms"][arm][key]["curves"].values()):
                 ax.plot(curve["shifted_loss"], color=colours.get(arm, "black"), lw=0.7, alpha=0.6,
                         label=arm if i == 0 else None)
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:g} [{row['low']:g}, {row['high']:g}]"

@@ -137,16 +137,19 @@ def answer(res: dict) -> tuple[str, ...]:
 
 def rows(res: dict) -> list[dict]:
     out = []
-    for arm, by_depth in res["arms"].items():
-        for key, e in by_depth.items():
+    for arm in res["design"]["arms"]:
+        for depth in res["design"]["depths"]:
+            e = res["arms"][arm][_depth(depth)]
             final = e["at_shift"]["final logits"]
-            hooks = [x for x in e["hook_zero_grad_fraction"] if x is not None]
+            zero = [x for x in e["hook_zero_grad_fraction"] if x is not None]
+            dead = [x for x in e["hook_dead_fraction"] if x is not None]
             out.append({
-                "arm": arm, "depth": key.replace("x", "×"), "median_steps": ("≥" if e["censored"] else "") + f"{e['median']:g}",
+                "arm": arm, "depth": f"{depth:g}×", "median_steps": ("≥" if e["censored"] else "") + f"{e['median']:g}",
                 "spread": f"{e['low']}–{e['high']}", "recovered": f"{e['recovered']}/{len(e['steps'])}",
-                "dead_at_shift": final["dead_fraction"], "zero_grad_at_shift": final["zero_grad_fraction"],
-                "hook_zero_grad_at_shift": sum(hooks) / len(hooks) if hooks else None,
-                "attention_dead_at_shift": e["at_shift"]["attention"]["dead_fraction"],
+                "monitor_dead": final["dead_fraction"], "monitor_zero_grad": final["zero_grad_fraction"],
+                "hook_zero_grad": sum(zero) / len(zero) if zero else None,
+                "hook_past_own_first_zero": sum(dead) / len(dead) if dead else None,
+                "attention_dead": e["at_shift"]["attention"]["dead_fraction"],
             })
     return out
 
@@ -186,13 +189,17 @@ def markdown(res: dict, design: Design) -> str:
             f"{p['numpy']}, Python {p['python']}, CPU capability {p['cpu_capability']}, {p['threads']} thread(s), "
             f"seeds {', '.join(map(str, p['seeds']))}. bf16 first zero-gradient input at c = "
             f"{design.final_cap:g}: {res['horizon']:g}; each arm's own: " +
-            ", ".join(f"{a} {v['value'] if v['value'] is not None else '—'}" for a, v in res["first_zero"].items()) + ".",
+            ", ".join(f"{a} {res['first_zero'][a]['value'] or '—'}" for a in res["design"]["arms"]) + ".",
             "", "### The bf16-eager ÷ patched ratio by depth, beside the single-logit model", "",
             *_md_table(verdict_rows(res)), "", "### Steps to recover and the monitor at the shift (final logits)", "",
             *_md_table(rows(res)), "",
-            "dead: share of the final logits past the arm's first zero-gradient input (monitor); zero grad: share "
-            "whose gradient was exactly 0 from a non-zero upstream (monitor: eager backward only; hooks: autograd "
-            "hooks on the cap's input and output, eager arms). Every figure is in experiment.json.", ""]
+            "Shares of the final logits at the shift, averaged over seeds. monitor dead: past the path's first "
+            "zero-gradient input as DeadZoneMonitor counts it (for an eager tanh: stored as exactly ±1, which it "
+            "reads as dead whatever the backward; the patched arm's backward does not die there); monitor zero grad: "
+            "its exactly-0 gradients from a non-zero upstream (seen only where the backward is aten's tanh_backward; "
+            "— otherwise). hook zero grad: the same count by autograd hooks on the cap's input and output (eager "
+            "arms); hook past own first zero: the share at or past the arm's own first zero-gradient input from the "
+            "stack table. Every figure, per seed and window, is in experiment.json.", ""]
     return design_markdown(design) + "\n".join(body)
 
 
@@ -202,8 +209,8 @@ def experiment_report(res: dict, note: tuple[str, ...] = ()) -> Report:
         params={"quick": res["quick"], "seeds": res["design"]["seeds"], "arms": res["design"]["arms"],
                 "depths": res["design"]["depths"], "model": res["model"]},
         tables=(Table("rows", "steps to recover from the shift, and the dead zone at it (final logits)", rows(res),
-                      ("arm", "depth", "median_steps", "spread", "recovered", "dead_at_shift", "zero_grad_at_shift"),
-                      wide=("hook_zero_grad_at_shift", "attention_dead_at_shift")),
+                      ("arm", "depth", "median_steps", "spread", "recovered", "monitor_zero_grad", "hook_zero_grad"),
+                      wide=("monitor_dead", "hook_past_own_first_zero", "attention_dead")),
                 Table("verdict", "bf16 eager ÷ patched, median steps, by depth", verdict_rows(res),
                       ("depth", "ratio", "low", "high", "verdict"), wide=("a0", "single_logit_bf16",
                                                                           "single_logit_float64_ratio"))),
