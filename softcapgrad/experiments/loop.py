@@ -60,7 +60,7 @@ def _autocast(on: bool):
     return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
 
 
-def phase1(model, design: Design, seed: int, m: tasks.Mapping) -> dict:
+def phase1(model, design: Design, seed: int, m: tasks.Mapping, advance=lambda n=1: None) -> dict:
     """Learn π in fp32 with the caps; the fp32 state after it."""
     import torch
 
@@ -73,6 +73,7 @@ def phase1(model, design: Design, seed: int, m: tasks.Mapping) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        advance(1)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -112,8 +113,8 @@ def _site(cap: float | None, design: Design) -> str | None:
     return None
 
 
-def windows(monitor, start: int, end: int, design: Design) -> list[Window]:
-    """One row per site from a monitor's rows."""
+def windows(monitor, start: int, end: int, watched: int, design: Design) -> list[Window]:
+    """One row per site from a monitor's rows (``watched``: the steps it watched)."""
     out = []
     rows = monitor.rows()
     for site in SITES:
@@ -124,7 +125,7 @@ def windows(monitor, start: int, end: int, design: Design) -> list[Window]:
         dead = [r.dead for r in mine if r.dead is not None]
         back = sum(r.backward_count for r in mine if r.zero_grad is not None)
         zero = sum(r.zero_grad for r in mine if r.zero_grad is not None)
-        out.append(Window(start, end, monitor.watched, site, count,
+        out.append(Window(start, end, watched, site, count,
                           sum(dead) / count if dead and count else None,
                           zero / back if back else None, max(r.max_abs for r in mine)))
     return out
@@ -174,14 +175,15 @@ def run_arm(arm: Arm, state: dict, design: Design, seed: int, depth: float, m: t
     curves: tuple[list, list, list] = ([], [], [])
     rows: list[Window] = []
     hooks = None if arm.spec.compiled else _Hooks(arm.model)
-    monitor, opened, steps = DeadZoneMonitor(), 0, None
+    monitor, opened, watched, steps = DeadZoneMonitor(), 0, 0, None
     for t in range(design.phase2_steps):
         if t >= 1 and (t - 1) % design.window == 0:
-            rows += windows(monitor, opened, t, design)
-            monitor, opened = DeadZoneMonitor(every=design.monitor_every), t
+            rows += windows(monitor, opened, t, watched, design)
+            monitor, opened, watched = DeadZoneMonitor(every=design.monitor_every), t, 0
         x = _ids(tasks.batch(design.task, seed, 1, t))
         y, mask = after[x].reshape(-1), shifted[x].reshape(-1)
-        with (monitor if t == 0 else monitor.step()):
+        with (monitor if t == 0 else monitor.step()) as seen:
+            watched += seen is not False
             with _autocast(arm.spec.autocast):
                 z = arm.forward(input_ids=x).logits
             if t == 0 and hooks is not None:
@@ -201,6 +203,6 @@ def run_arm(arm: Arm, state: dict, design: Design, seed: int, depth: float, m: t
             break
         opt.step()
         advance(1)
-    rows += windows(monitor, opened, len(curves[0]), design)
+    rows += windows(monitor, opened, len(curves[0]), watched, design)
     zero, dead, largest = hooks.fractions(first_zero) if hooks is not None else (None, None, None)
     return ArmRun(arm.spec.name, depth, seed, steps, *curves, zero, dead, largest, rows)

@@ -62,9 +62,8 @@ def _measure(design: Design, base, initial, model: str) -> Measured:
             learner = armset.fresh_model(design, seed, base=base)
             if initial is not None:
                 learner.load_state_dict(initial)
-            with progress.task(f"phase 1 · seed {seed}", design.phase1_steps):
-                state = phase1(learner, design, seed, m)
-            overall(design.phase1_steps)
+            with progress.task(f"phase 1 · seed {seed}", design.phase1_steps) as advance:
+                state = phase1(learner, design, seed, m, lambda n=1: (advance(n), overall(n)))
             for depth in design.depths:
                 target = depth * h * design.depth_margin
                 scaled, s, largest = confident(learner, state, target, design)
