@@ -2,12 +2,14 @@
 # make test: the test suite. Both create .venv and install the pinned versions first.
 # make census: every soft-cap and gate of the installed transformers, found by running each model type tiny
 # (results/census.json, census.md, figures/census.png; 2 to 3 minutes on one CPU core; not part of make test).
+# make experiment: does the bf16 dead zone cost training steps (results/experiment.json, experiment.md,
+# figures/experiment.png; tiny Gemma 2 on one CPU thread; not part of make test).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce test bench census clean
+.PHONY: install reproduce test bench census experiment clean
 
 install: $(STAMP)
 
@@ -24,6 +26,9 @@ test: $(STAMP)
 
 census: $(STAMP)
 	$(PY) -m softcapgrad census --out results
+
+experiment: $(STAMP)
+	$(PY) -m softcapgrad experiment --out results
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py

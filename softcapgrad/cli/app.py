@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 
-from softcapgrad.cli import census, demos, ledger, laws, models, stacks
+from softcapgrad.cli import census, demos, experiments, ledger, laws, models, stacks
 from softcapgrad.cli.common import PROG, app, reader_gone, stdout_closed
 
 app.command()(laws.identity)
@@ -24,6 +24,7 @@ app.command()(models.scan)
 app.command()(ledger.reproduce)
 app.command("audit-model")(models.audit_model)
 app.command()(census.census)
+app.command()(experiments.experiment)
 
 
 def main() -> None:

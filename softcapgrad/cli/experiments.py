@@ -1,0 +1,128 @@
+"""experiment: does the bf16 dead zone change training, and does the patch buy anything back?"""
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from softcapgrad.cli.common import emit, InputError, Json, one_of, pick, Report, Wide
+
+FILES = ("experiment.json", "experiment.md", "figures/experiment.png")
+ARM_NAMES = ("bf16-eager", "bf16-patch", "bf16-compile", "fp32-eager", "no-cap")
+
+
+def experiment_figure(res: dict):
+    """Per depth, the loss on the shifted contexts after the shift: one thin line per arm and seed."""
+    from softcapgrad.ledger.figures import DPI, SIZE, _plt
+
+    plt = _plt()
+    depths = res["verdict"]["by_depth"]
+    fig, axes = plt.subplots(1, len(depths), figsize=SIZE, dpi=DPI, sharey=True, squeeze=False)
+    colours = dict(zip(ARM_NAMES, ("tab:red", "tab:blue", "tab:orange", "tab:green", "tab:grey")))
+    for ax, row in zip(axes[0], depths):
+        key = f"{row['depth']:g}x"
+        for arm in res["design"]["arms"]:
+            for i, curve in enumerate(res["arms"][arm][key]["curves"].values()):
+                ax.plot(curve["shifted_loss"], color=colours.get(arm, "black"), lw=0.7, alpha=0.6,
+                        label=arm if i == 0 else None)
+        ratio = "—" if row["ratio"] is None else f"{row['ratio']:g} [{row['low']:g}, {row['high']:g}]"
+        ax.set_title(f"depth {row['depth']:g}×: eager ÷ patched {ratio}", fontsize=7)
+        ax.set_xlabel("steps after the shift", fontsize=7)
+        ax.set_yscale("log")
+        ax.tick_params(labelsize=6)
+    axes[0][0].set_ylabel("loss on the shifted contexts (nats)", fontsize=7)
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle("tiny Gemma 2, label shift after a confident phase" + (" (--quick)" if res["quick"] else ""),
+                 fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _design(quick: bool, seeds: Optional[int], steps: Optional[int], arms: Optional[list[str]],
+            depths: Optional[list[float]]):
+    from softcapgrad.core.checks import at_least, positive
+    from softcapgrad.experiments.design import DESIGN, QUICK
+
+    design = QUICK if quick else DESIGN
+    changes: dict = {}
+    if seeds is not None:
+        changes["seeds"] = tuple(range(at_least("--seeds", seeds, 1)))
+    if steps is not None:
+        changes["phase2_steps"] = at_least("--steps", steps, 1)
+    if arms:
+        changes["arms"] = tuple(pick("--arm", arms, ARM_NAMES))
+    if depths:
+        changes["depths"] = tuple(sorted({positive("--depth", d) for d in depths}))
+    return design.with_(**changes) if changes else design
+
+
+def experiment(
+    quick: Annotated[bool, typer.Option("--quick", help="The same design with fewer seeds and steps (about a "
+                                                        "minute once torch.compile's cache is warm).")] = False,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Number of seeds (0, 1, ...; default 8, --quick 2).")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Most steps after the shift (default 200, --quick 100).")] = None,
+    arm: Annotated[Optional[list[str]], typer.Option("--arm", help=f"Arms (repeatable): {one_of(ARM_NAMES)}, or all.")] = None,
+    depth: Annotated[Optional[list[float]], typer.Option("--depth", help="Depths past the bf16 horizon, > 0 "
+                                                                         "(repeatable; default 0.5 1 2 4).")] = None,
+    model: Annotated[Optional[Path], typer.Option("--model", help="A saved transformers model with caps "
+                                                                  "(safetensors): the same measurement on it.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for experiment.json, experiment.md and "
+                                                     "figures/experiment.png (default results; 'none' writes "
+                                                     "nothing).")] = Path("results"),
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """Does the bf16 dead zone cost training steps, and does the patch buy them back? (tiny Gemma 2, label shift)"""
+
+    def build() -> Report:
+        import importlib.util
+
+        design = _design(quick, seeds, steps, arm, depth)
+        if importlib.util.find_spec("transformers") is None:
+            raise InputError("experiment needs transformers: pip install 'softcapgrad[hf]'")
+        from softcapgrad.core.files import check_targets, replace_all, writable_folder
+
+        target = None if out is not None and str(out).lower() == "none" else out
+        if target is not None:
+            writable_folder(target, "--out")
+            check_targets([target / f for f in FILES], "--out")
+        base = initial = None
+        name = ""
+        if model is not None:
+            from softcapgrad.experiments.model_dir import load
+
+            design, base, initial, name = load(model, design)
+        import json
+        import resource
+
+        from softcapgrad.experiments import report, runner
+
+        wall = time.perf_counter()
+        cpu = _cpu(resource)
+        measured = runner.measure(design, base, initial, name)
+        res = report.results(measured)
+        wall, cpu = time.perf_counter() - wall, _cpu(resource) - cpu
+        note = [f"the run took {wall:.0f} s wall and {cpu:.0f} s CPU (user + system, this process and its compile "
+                "workers)"]
+        if target is not None:
+            files: dict = {target / "experiment.json": json.dumps(res, indent=1, sort_keys=True) + "\n",
+                           target / "experiment.md": report.markdown(res, design)}
+            try:
+                from softcapgrad.ledger.figures import png_bytes
+
+                files[target / "figures" / "experiment.png"] = png_bytes(experiment_figure(res))
+            except InputError:
+                note.append("matplotlib is not installed: no figure drawn")
+            written = replace_all(files, target)
+            note.append("written: " + ", ".join(str(p) for p in written))
+        else:
+            note.append("nothing written (--out none)")
+        return report.experiment_report(res, tuple(note))
+
+    emit(build, json_out, wide, command="experiment")
+
+
+def _cpu(resource) -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

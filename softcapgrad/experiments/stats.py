@@ -1,0 +1,60 @@
+"""Steps-to-recover over seeds: median, spread, and the bootstrap interval of the bf16-eager ÷ patched ratio.
+
+A run not recovered within the budget counts at the budget (a lower bound, marked censored). The
+ratio is of medians over the same seeds; the bootstrap resamples seed indices with replacement,
+the same indices for both arms (the runs are paired by seed), with a seeded numpy generator, and
+takes the percentile interval. The verdict says only what the interval says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Summary:
+    steps: list[int | None]  # per seed, None: not recovered
+    counted: list[int]  # per seed, censored runs at the budget
+    median: float
+    low: int  # spread: fewest and most steps over seeds
+    high: int
+    recovered: int  # seeds recovered within the budget
+    censored: bool  # the median rests on a censored run
+
+
+def summary(steps: list[int | None], budget: int) -> Summary:
+    counted = [budget if s is None else s for s in steps]
+    median = float(np.median(counted))
+    censored = any(s is None for s in steps) and median >= min(c for s, c in zip(steps, counted) if s is None)
+    return Summary(list(steps), counted, median, min(counted), max(counted), sum(s is not None for s in steps), censored)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    ratio: float | None  # median(eager) / median(patched)
+    low: float | None  # bootstrap interval
+    high: float | None
+    verdict: str
+
+
+def ratio(eager: list[int], patched: list[int], resamples: int, confidence: float, seed: int) -> Ratio:
+    a, b = np.asarray(eager, dtype=np.float64), np.asarray(patched, dtype=np.float64)
+    if len(a) == 0 or len(a) != len(b) or np.median(b) == 0:
+        return Ratio(None, None, None, "no ratio (a median of 0 steps, or no seeds)")
+    point = float(np.median(a) / np.median(b))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), size=(resamples, len(a)))
+    top, bottom = np.median(a[idx], axis=1), np.median(b[idx], axis=1)
+    keep = bottom > 0
+    ratios = top[keep] / bottom[keep]
+    tail = (1.0 - confidence) / 2.0
+    low, high = (float(x) for x in np.quantile(ratios, [tail, 1.0 - tail]))
+    if low > 1.0:
+        verdict = "bf16 eager slower"
+    elif high < 1.0:
+        verdict = "bf16 eager faster"
+    else:
+        verdict = "no measurable difference"
+    return Ratio(round(point, 4), round(low, 4), round(high, 4), verdict)

@@ -1,0 +1,55 @@
+"""The seeded synthetic token task: a deterministic bigram language, and its label shift.
+
+Every token t of a vocabulary of V has one successor π(t), a permutation drawn from the seed; a batch
+is uniform random tokens x with targets π(x) at the same positions, so a model can become fully
+confident. The shift: a stated fraction of the tokens (the shifted contexts) get a new successor, the
+old successors of the shifted set rotated by one inside it, so each new target is another valid
+token and none keeps its old one. Batches are drawn from (seed, phase, step) alone: every arm of a
+seed sees the same data in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Task:
+    vocab: int  # V
+    seq: int  # tokens per sequence
+    batch: int  # sequences per step
+    shift_fraction: float  # share of tokens whose successor changes at the shift
+
+
+@dataclass(frozen=True)
+class Mapping:
+    before: np.ndarray  # π: successor of each token before the shift
+    after: np.ndarray  # π' after it
+    shifted: np.ndarray  # bool per token: its successor changed
+
+
+def mapping(task: Task, seed: int) -> Mapping:
+    rng = np.random.default_rng([seed, 0])
+    before = rng.permutation(task.vocab)
+    n = max(2, int(round(task.shift_fraction * task.vocab)))
+    chosen = np.sort(rng.choice(task.vocab, size=n, replace=False))
+    after = before.copy()
+    after[chosen] = before[np.roll(chosen, 1)]  # a rotation inside the shifted set: every one changes
+    shifted = np.zeros(task.vocab, dtype=bool)
+    shifted[chosen] = True
+    return Mapping(before, after, shifted)
+
+
+def batch(task: Task, seed: int, phase: int, step: int) -> np.ndarray:
+    """Token ids (batch, seq), int64, from (seed, phase, step) alone."""
+    rng = np.random.default_rng([seed, 1 + phase, step])
+    return rng.integers(0, task.vocab, size=(task.batch, task.seq), dtype=np.int64)
+
+
+def probe(task: Task) -> np.ndarray:
+    """Every token once, as one row per sequence length: the contexts the confidence is set on."""
+    ids = np.arange(task.vocab, dtype=np.int64)
+    pad = (-len(ids)) % task.seq
+    return np.concatenate([ids, ids[:pad]]).reshape(-1, task.seq)

@@ -1,0 +1,138 @@
+"""softcapgrad experiment: bad input before training, the task and statistics, and the --quick run itself
+(its JSON's structure, the dead zone where the design puts it, none where an arm's own first zero is not
+reached, and two runs byte for byte the same)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from softcapgrad.experiments import stats
+from softcapgrad.experiments.task import Task, batch, mapping
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--steps", "0"), "--steps"), (("--seeds", "0"), "--seeds"), (("--arm", "bf17-eager"), "--arm"),
+    (("--depth", "0"), "--depth"), (("--depth", "-2"), "--depth"), (("--model", "no-such-dir"), "--model"),
+])
+def test_bad_input_is_one_line_before_training(cli, tmp_path, args, needle):
+    code, _, out, err = cli("experiment", *args, "--out", str(tmp_path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and needle in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_model_directory_with_pickled_weights_only_is_refused(cli, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma2"}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not opened")
+    code, _, _, err = cli("experiment", "--model", str(tmp_path), "--out", "none")
+    assert code == 2 and "safetensors" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_model_too_big_for_memory_is_refused_in_one_line(cli, tmp_path, monkeypatch):
+    from softcapgrad.models import tiny
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma2", "final_logit_softcapping": 30.0}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    monkeypatch.setattr(tiny, "available_bytes", lambda: 1 << 20)
+    code, _, _, err = cli("experiment", "--model", str(tmp_path), "--out", "none")
+    assert code == 2 and "cannot run here" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_saved_model_runs_the_same_measurement(cli, tmp_path):
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
+                          final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
+    Gemma2ForCausalLM(config).save_pretrained(tmp_path / "m", safe_serialization=True)
+    code, data, _, err = cli("experiment", "--model", str(tmp_path / "m"), "--quick", "--seeds", "1", "--steps", "3",
+                             "--arm", "bf16-eager", "--arm", "bf16-patch", "--depth", "1", "--out", "none", "--json")
+    assert code == 0, err
+    assert data["params"]["model"].startswith("Gemma2ForCausalLM from m")
+    assert {r["arm"] for r in data["rows"]} == {"bf16-eager", "bf16-patch"}
+
+
+def test_interrupt_writes_nothing_and_says_so(cli, tmp_path, monkeypatch):
+    from softcapgrad.experiments import runner
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "measure", interrupted)
+    code, _, _, err = cli("experiment", "--quick", "--out", str(tmp_path))
+    assert code == 130 and "no file was written" in err and list(tmp_path.iterdir()) == []
+
+
+def test_the_shift_changes_exactly_the_shifted_tokens():
+    task = Task(vocab=64, seq=8, batch=4, shift_fraction=0.25)
+    m = mapping(task, 3)
+    assert sorted(m.before) == list(range(64)) and sorted(m.after) == list(range(64))  # both permutations
+    assert np.all((m.before != m.after) == m.shifted) and m.shifted.sum() == 16
+    assert np.array_equal(batch(task, 3, 1, 5), batch(task, 3, 1, 5))
+    assert not np.array_equal(batch(task, 3, 1, 5), batch(task, 3, 1, 6))
+
+
+def test_ratio_interval_and_verdicts():
+    assert stats.ratio([10] * 5, [10] * 5, 200, 0.95, 0).verdict == "no measurable difference"
+    slower = stats.ratio([30, 32, 31, 29, 33], [10, 11, 9, 10, 12], 500, 0.95, 0)
+    assert slower.verdict == "bf16 eager slower" and slower.low > 1
+    assert stats.ratio([5, 6, 5], [20, 21, 22], 500, 0.95, 0).verdict == "bf16 eager faster"
+    assert stats.ratio([3, 9, 4], [5, 4, 8], 300, 0.95, 1) == stats.ratio([3, 9, 4], [5, 4, 8], 300, 0.95, 1)
+    s = stats.summary([None, 5, None], 100)
+    assert s.counted == [100, 5, 100] and s.median == 100 and s.censored and s.recovered == 1
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory, cli):
+    first, second = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
+    runs = [cli("experiment", "--quick", "--json", "--out", str(folder)) for folder in (first, second)]
+    return runs, first, second
+
+
+def test_quick_run_structure(quick):
+    code, data, _, _ = quick[0][0]
+    assert code == 0 and data["command"] == "experiment" and data["answer"]
+    res = json.loads((quick[1] / "experiment.json").read_text())
+    d = res["design"]
+    assert res["quick"] is True and len(d["seeds"]) >= 2
+    for arm in d["arms"]:
+        for depth in d["depths"]:
+            e = res["arms"][arm][f"{depth:g}x"]
+            assert len(e["steps"]) == len(d["seeds"])
+            assert e["low"] <= e["median"] <= e["high"]
+            assert set(e["at_shift"]) == {"final logits", "attention"}
+    assert [r["depth"] for r in res["verdict"]["by_depth"]] == d["depths"]
+    for r in res["verdict"]["by_depth"]:
+        assert r["verdict"] in ("bf16 eager slower", "bf16 eager faster", "no measurable difference")
+        assert r["low"] <= r["ratio"] <= r["high"]
+    assert {"torch", "transformers", "cpu_capability", "seeds"} <= set(res["provenance"])
+    assert (quick[1] / "figures" / "experiment.png").stat().st_size > 0
+    assert "## Design, fixed before the results" in (quick[1] / "experiment.md").read_text()
+
+
+def test_dead_zone_in_bf16_eager_and_none_below_each_arms_own_first_zero(quick):
+    res = json.loads((quick[1] / "experiment.json").read_text())
+    horizon = res["horizon"]
+    eager = res["arms"]["bf16-eager"]
+    for key, e in eager.items():
+        if float(key[:-1]) >= 1:
+            assert e["at_shift"]["final logits"]["zero_grad_fraction"] > 0  # the monitor sees it
+            assert all(f > 0 for f in e["hook_zero_grad_fraction"])  # and autograd agrees
+            assert all(a >= horizon for a in e["hook_largest"])
+    for arm in ("bf16-patch", "fp32-eager"):
+        own = res["first_zero"][arm]["value"]
+        for e in res["arms"][arm].values():
+            for largest, zero in zip(e["hook_largest"], e["hook_zero_grad_fraction"]):
+                if largest < own:
+                    assert zero == 0.0
+    fp32 = res["arms"]["fp32-eager"]
+    assert all(e["at_shift"]["final logits"]["zero_grad_fraction"] == 0 for k, e in fp32.items()
+               if max(e["hook_largest"]) < res["first_zero"]["fp32-eager"]["value"])
+
+
+def test_quick_run_is_byte_identical_twice(quick):
+    _, first, second = quick
+    for name in ("experiment.json", "experiment.md", "figures/experiment.png"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
