@@ -105,7 +105,7 @@ def _children_cpu() -> float:
 
 def run(engine: Engine, work: Path, variants: list[str], timeout: float = TIMEOUT) -> Outcome:
     """The engine on each variant folder under ``work`` (with ``work/ids.npy``), in a child process."""
-    command = [sys.executable, "-m", "softcapgrad.engines.child", engine.name, str(work), *variants]
+    command = [sys.executable, "-m", "softcapgrad.engines.child", engine.name, engine.module, str(work), *variants]
     cpu0, wall0 = _children_cpu(), time.perf_counter()
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
