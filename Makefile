@@ -2,18 +2,21 @@
 # make test: the test suite. Both create .venv and install the pinned versions first.
 # make census: every soft-cap and gate of the installed transformers, found by running each model type tiny
 # (results/census.json, census.md, figures/census.png; 2 to 3 minutes on one CPU core; not part of make test).
+# make parity: the caps of tiny Gemma 2 and Gemma 3 through ONNX Runtime, llama.cpp, Keras Hub and torch.export
+# (results/parity.json, parity.md, figures/parity.png; llama-cpp-python builds llama.cpp from source on install).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce test bench census clean
+.PHONY: install reproduce test bench census parity clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax,parity]'
+	$(PY) -m pip install --quiet -c constraints.txt --no-deps keras-hub
 	touch $(STAMP)
 
 reproduce: $(STAMP)
@@ -24,6 +27,9 @@ test: $(STAMP)
 
 census: $(STAMP)
 	$(PY) -m softcapgrad census --out results
+
+parity: $(STAMP)
+	$(PY) -m softcapgrad parity --model-type gemma2 --model-type gemma3_text --out results
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
