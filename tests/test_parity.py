@@ -246,3 +246,16 @@ def test_gguf_conversion_is_right_on_an_uncapped_model_first(tmp_path):
 def test_llama_cpp_caps_measured():
     rows = _measured("llamacpp")
     assert set(rows.values()) <= {"applied", "ignored", "different", "not finite"}
+
+
+@pytest.mark.slow
+@_needs("gguf", "llama_cpp")
+def test_llama_cpp_caps_gemma2_at_its_defaults_when_the_keys_are_absent(tmp_path, capped):
+    """llama.cpp's Gemma 2 graph always caps: without the keys it uses 50 and 30, the values of this model."""
+    from softcapgrad.engines import llamacpp
+
+    model, reference = capped
+    folder = ref.save(model, tmp_path / "m")
+    got = {keys: llamacpp.run_gguf(llamacpp.convert(folder, tmp_path / f"{keys}.gguf", keys=keys), reference.ids)
+           for keys in (True, False)}
+    assert verdict.error(verdict.log_probs(got[False]), verdict.log_probs(got[True])).value == 0.0

@@ -10,7 +10,7 @@ from softcapgrad.cli.common import bounded, emit, InputError, Json, not_with, pi
 FILES = ("parity.json", "parity.md", "figures/parity.png")
 DEFAULT_SETS = ["final_logit_softcapping=30", "attn_logit_softcapping=50"]
 COLOURS = {"applied": "tab:green", "ignored": "tab:red", "different": "tab:orange", "not finite": "tab:purple",
-           "not bound": "tab:olive", "could not run": "lightgrey", "not set": "white"}
+           "not bound": "tab:olive", "unused by transformers": "tab:olive", "could not run": "lightgrey", "not set": "white"}
 
 
 def parity_figure(rows: list[dict]):

@@ -13,7 +13,8 @@ Every engine runs the model twice: as it is (``capped``) and with the final cap 
 Verdicts: *applied* (within tolerance of the capped form), *ignored* (within tolerance of the
 uncapped form), *different* (neither; the nearest of a few known alternatives is named when it
 matches: the cap in bf16 or fp16, a hard clip, x/√(1+x²)), *not finite*, *not bound* (the reference
-cannot tell the cap from its absence on these inputs), or *could not run*.
+cannot tell the cap from its absence on these inputs), *unused by transformers* (the field is set but
+the reference model never applies it), or *could not run*.
 
 Tolerances: a log-prob is a logit minus a log-sum-exp, so an error of δ in every logit moves it by
 at most 2δ. The final cap's check is its own arithmetic at the scale c (a division, a tanh and a
@@ -143,6 +144,9 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     """The attention cap: the engine without its final cap against the reference with and without the attention cap."""
     if c is None:
         return _row("attention", None, "not set", None, None, 0.0, hint="")
+    if reference.reach.get("attention") is None:
+        return _row("attention", c, "unused by transformers", None, None, 0.0,
+                    hint="the reference model never passes this cap to its attention (dead config): nothing to compare")
     bad = _nonfinite(final_off)
     if bad:
         return _row("attention", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
