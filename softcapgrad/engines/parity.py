@@ -19,6 +19,7 @@ from softcapgrad.engines import reference as ref
 from softcapgrad.engines import runner, verdict
 
 FOLDERS = {"capped": "capped", "final off": "final-off"}  # variant -> folder name under the work folder
+TIMES = ("cpu_s", "wall_s")  # printed, and in make bench; left out of the files, which stay the same run to run
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def as_dict(results: list[Parity]) -> dict:
                     "tokens": int(r.reference.ids.size), "vocabulary": int(r.reference.logits["capped"].shape[1]),
                     "scales": r.reference.scales} for r in results],
         "rows": [row for r in results for row in r.rows],
-        "engines": [e for r in results for e in r.engines],
+        "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
         "not_measured": not_here(),
     })
 
@@ -134,10 +135,10 @@ def markdown(results: list[Parity], answer: tuple[str, ...]) -> str:
             lines.append(f"| {row['engine']} | {row['cap']} | {row['verdict']} | {_fmt(row['error'])} | "
                          f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_fmt(row['where'])} | "
                          f"{row.get('hint', '')} |")
-        lines += ["", "| engine | path | CPU s | wall s | versions |", "| --- | --- | --- | --- | --- |"]
+        lines += ["", "| engine | path | versions |", "| --- | --- | --- |"]
         for e in r.engines:
             versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())
-            lines.append(f"| {e['engine']} | {e['how']} | {_fmt(e['cpu_s'])} | {_fmt(e['wall_s'])} | {versions} |")
+            lines.append(f"| {e['engine']} | {e['how']} | {versions} |")
         lines.append("")
     lines += ["## Not measured here", "", "| engine | would check |", "| --- | --- |"]
     lines += [f"| {row['engine']} | {row['would_check']} |" for row in not_here()]
