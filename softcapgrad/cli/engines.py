@@ -39,12 +39,14 @@ def _answer(results) -> tuple[str, ...]:
     rows = [r for p in results for r in p.rows]
     bad = [f"{r['engine']} {r['verdict']} the {r['cap']} cap of {r['model']}" + (f" ({r['hint']})" if r.get("hint") else "")
            for r in rows if r["verdict"] in ("ignored", "different", "not finite")]
+    bad += [f"{r['engine']} applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
+            for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})
     missing = sorted({r["engine"] for r in rows if r["verdict"] == "could not run"})
     reach = "; ".join(f"{p.model}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in p.reference.reach.items()
                                                                 if v is not None) for p in results)
     first = ("Every engine that ran applied every cap it was given" if not bad else
-             "Caps lost or altered: " + "; ".join(bad)) + f" (inputs built so that each cap binds; {reach})."
+             "Caps lost, altered or added: " + "; ".join(bad)) + f" (inputs built so that each cap binds; {reach})."
     second = f"Applied by: {', '.join(ok) or 'none'}."
     third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else
              "Every engine listed ran.") + " vLLM, SGLang and TensorRT-LLM need a GPU: not measured here."

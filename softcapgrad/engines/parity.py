@@ -18,7 +18,7 @@ from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
 from softcapgrad.engines import runner, verdict
 
-FOLDERS = {"capped": "capped", "final off": "final-off"}  # variant -> folder name under the work folder
+FOLDERS = {"capped": "capped", "final off": "final-off", "uncapped": "uncapped"}  # variant -> folder name
 TIMES = ("cpu_s", "wall_s")  # printed, and in make bench; left out of the files, which stay the same run to run
 
 
@@ -42,9 +42,16 @@ def prepare(src, seq_len: int, seed: int, work: Path):
     scales = ref.bind(model, ids)
     reference = ref.reference(model, ids, scales)
     runner.write_ids(work, ids)
-    for variant, folder in FOLDERS.items():
-        ref.save(model, work / folder, ref.VARIANTS[variant])
+    for variant in variants(reference):
+        ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
     return reference
+
+
+def variants(reference) -> list[str]:
+    """What each engine runs: the model, and without its final cap; also without any cap where transformers
+    leaves a set attention cap unused (does the engine apply it?)."""
+    dead = reference.caps["attention"] is not None and not reference.applied["attention"]
+    return ["capped", "final off"] + (["uncapped"] if dead else [])
 
 
 def _engine_rows(engine: runner.Engine, reference, work: Path, timeout: float) -> tuple[list, dict]:
@@ -59,11 +66,11 @@ def _engine_rows(engine: runner.Engine, reference, work: Path, timeout: float) -
     if absent:
         info["reason"] = absent
         return verdict.could_not_run(reference, absent), info
-    outcome = runner.run(engine, work, list(FOLDERS.values()), timeout)
+    outcome = runner.run(engine, work, [FOLDERS[v] for v in variants(reference)], timeout)
     info.update(cpu_s=round(outcome.cpu_s, 1), wall_s=round(outcome.wall_s, 1), reason=outcome.reason)
     if outcome.reason:
         return verdict.could_not_run(reference, outcome.reason), info
-    logits = {variant: outcome.logits[folder] for variant, folder in FOLDERS.items()}
+    logits = {variant: outcome.logits[FOLDERS[variant]] for variant in variants(reference)}
     shape = reference.logits["capped"].shape
     if any(v.shape != shape for v in logits.values()):
         reason = f"logits of shape {next(v.shape for v in logits.values() if v.shape != shape)}, expected {shape}"

@@ -90,8 +90,9 @@ def tanh_cap(scores, c: float):
 
 
 @contextlib.contextmanager
-def attention_patch(model, seen: dict | None = None, cap_fn: CapFn | None = None):
-    """For the duration: the largest |a/c| of each layer's scores into ``seen``; ``cap_fn`` replaces the cap."""
+def attention_patch(model, seen: dict | None = None, cap_fn: CapFn | None = None, force: bool = False):
+    """For the duration: the largest |a/c| of each layer's scores into ``seen``; ``cap_fn`` replaces the cap;
+    ``force`` applies it where the config sets a cap that transformers' code does not pass (dead config)."""
     import torch
 
     module = _modeling(model)
@@ -99,7 +100,8 @@ def attention_patch(model, seen: dict | None = None, cap_fn: CapFn | None = None
     repeat = getattr(module, "repeat_kv")
 
     def patched(attn, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kwargs):
-        if softcap is None or (seen is None and cap_fn is None):
+        c = softcap if softcap is not None else getattr(attn, "attn_logit_softcapping", None)  # set, maybe unused
+        if c is None or (seen is None and cap_fn is None):
             return original(attn, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                             softcap=softcap, **kwargs)
         scaling = attn.head_dim ** -0.5 if scaling is None else scaling
@@ -107,11 +109,12 @@ def attention_patch(model, seen: dict | None = None, cap_fn: CapFn | None = None
         scores = torch.matmul(query, k.transpose(2, 3)) * scaling
         if seen is not None:
             live = scores.detach().abs()[_allowed(attention_mask, scores.shape).expand(scores.shape)]
-            seen[attn.layer_idx] = max(seen.get(attn.layer_idx, 0.0), float(live.max()) / softcap)
-        if cap_fn is None:
+            seen[attn.layer_idx] = max(seen.get(attn.layer_idx, 0.0), float(live.max()) / c)
+            seen["attention applied"] = seen.get("attention applied", False) or softcap is not None
+        if cap_fn is None or (softcap is None and not force):
             return original(attn, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                             softcap=softcap, **kwargs)
-        weights = cap_fn(scores, softcap)
+        weights = cap_fn(scores, c)
         if attention_mask is not None:
             weights = weights + attention_mask[..., : k.shape[-2]]
         weights = torch.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
@@ -144,7 +147,7 @@ def caps_off(model, off):
 
 
 def logits(model, ids: np.ndarray, off=(), cap_fn: CapFn | None = None, final_fn: CapFn | None = None,
-           seen: dict | None = None) -> np.ndarray:
+           seen: dict | None = None, force: bool = False) -> np.ndarray:
     """The model's logits over the whole vocabulary at each token, float64 [tokens, vocab].
 
     ``cap_fn`` computes the attention cap instead of transformers' code; ``final_fn`` the final cap
@@ -161,7 +164,7 @@ def logits(model, ids: np.ndarray, off=(), cap_fn: CapFn | None = None, final_fn
         handle = head.register_forward_hook(record)
     final_off = set(off) | ({"final"} if final_fn is not None else set())
     try:
-        with torch.no_grad(), caps_off(model, final_off), attention_patch(model, seen, cap_fn):
+        with torch.no_grad(), caps_off(model, final_off), attention_patch(model, seen, cap_fn, force):
             out = model(input_ids=torch.as_tensor(ids).reshape(1, -1), use_cache=False).logits[0]
     finally:
         if handle is not None:
@@ -211,7 +214,8 @@ class Reference:
     model_type: str
     caps: dict  # cap -> c (None: not set)
     ids: np.ndarray  # [tokens]
-    reach: dict  # "attention" / "final" -> largest |a/c| over every site of that cap
+    reach: dict  # "attention" / "final" -> largest |a/c| over every site of that cap (applied or not)
+    applied: dict  # "attention" / "final" -> whether transformers' own code applies the cap
     logits: dict  # variant (VARIANTS) -> float64 [tokens, vocab]
     scales: dict  # which weights were scaled, by how much
     alternatives: dict  # attention cap computed another way (final cap off) -> float64 [tokens, vocab]
@@ -242,11 +246,14 @@ def reference(model, ids: np.ndarray, scales: dict) -> Reference:
     caps = caps_of(model.config)
     layers = [v for k, v in seen.items() if isinstance(k, int)]
     reach = {"attention": max(layers) if layers else None, "final": seen.get("final")}
-    alternatives = {} if caps["attention"] is None else {
+    alternatives = {} if not seen.get("attention applied") else {
         name: logits(model, ids, off=("final",), cap_fn=fn) for name, fn in attention_alternatives().items()}
     width = max(int(getattr(model.config, "hidden_size", 0) or 0), int(getattr(model.config, "intermediate_size", 0) or 0))
-    return Reference(model.config.model_type, caps, np.asarray(ids).reshape(-1), reach, out, scales, alternatives,
-                     width)
+    applied = {"attention": bool(seen.get("attention applied")), "final": caps["final"] is not None}
+    if caps["attention"] is not None and not applied["attention"]:  # what the dead cap would do, were it applied
+        out["attention forced"] = logits(model, ids, off=("final",), cap_fn=tanh_cap, force=True)
+    return Reference(model.config.model_type, caps, np.asarray(ids).reshape(-1), reach, applied, out, scales,
+                     alternatives, width)
 
 
 def save(model, folder: Path, off=()) -> Path:

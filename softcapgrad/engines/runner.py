@@ -45,12 +45,11 @@ ENGINES = {
     "llamacpp": Engine("llamacpp", "llamacpp", ("llama_cpp", "gguf"),
                        "GGUF (f32 tensors, llama.cpp's metadata keys) -> llama.cpp, CPU, f32 KV cache", FP16,
                        "fp32, GELU from an fp16 table", ("gemma2",),
-                       (("gemma3_text", "llama.cpp's own converter refuses a Gemma 3 with an attention cap (it asserts "
-                                        "attn_logit_softcapping is None) and its Gemma 3 graph has no attention cap"),)),
+                       (("gemma3_text", "the GGUF conversion here covers Gemma 2 only (llama.cpp's own converter refuses "
+                                        "a Gemma 3 that sets attn_logit_softcapping: it asserts it is None)"),)),
     "kerashub": Engine("kerashub", "kerashub", ("keras", "keras_hub", "jax"),
-                       "Keras Hub GemmaBackbone.from_preset of the transformers directory, JAX backend, CPU", 0.0,
-                       "fp32", ("gemma2",),
-                       (("gemma3_text", "not converted here: this run measures Keras Hub's Gemma 2 only"),)),
+                       "Keras Hub's Gemma backbone .from_preset of the transformers directory, JAX backend, CPU", 0.0,
+                       "fp32", ("gemma2", "gemma3_text")),
     "torchexport": Engine("torchexport", "torchexport", ("torch",),
                           "torch.export.export -> the exported program's module", 0.0, "fp32",
                           ("gemma2", "gemma3_text")),

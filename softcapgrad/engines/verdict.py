@@ -140,14 +140,13 @@ def _nearest(lp: np.ndarray, a: np.ndarray, c: float, exact: float) -> str:
     return f"matches {min(fits)[1]}" if fits else "matches none of: " + "; ".join(ALTERNATIVES)
 
 
-def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: float) -> dict:
+def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: float, uncapped=None) -> dict:
     """The attention cap: the engine without its final cap against the reference with and without the attention cap."""
     if c is None:
         return _row("attention", None, "not set", None, None, 0.0, hint="")
-    if reference.reach.get("attention") is None:
-        return _row("attention", c, "unused by transformers", None, None, 0.0,
-                    hint="the reference model never passes this cap to its attention (dead config): nothing to compare")
     bad = _nonfinite(final_off)
+    if not reference.applied["attention"]:
+        return _unused(final_off, c, reference, once, bad, uncapped)
     if bad:
         return _row("attention", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
     on, off = reference.logits["final off"], reference.logits["uncapped"]
@@ -173,10 +172,34 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     return _row("attention", c, "different", applied, ignored, tol, hint=hint, **extra)
 
 
+def _unused(final_off: np.ndarray, c: float, reference, once: float, bad: int, uncapped=None) -> dict:
+    """A cap set in the config that transformers never applies: does the engine agree with transformers' output?"""
+    base = reference.logits["final off"]
+    tol = tolerance(FP32, float(np.abs(base).max()), reference.width, once)
+    if bad:
+        return _row("attention", c, "unused by transformers", None, None, tol, hint=f"{bad} non-finite logits")
+    e = error(log_probs(final_off), log_probs(base))
+    forced = error(log_probs(final_off), log_probs(reference.logits["attention forced"]))
+    moved = None if uncapped is None else error(log_probs(final_off), log_probs(uncapped)).value
+    if moved is not None and moved > tol:
+        hint = (f"transformers never passes this cap to its attention (dead config); the engine applies it: removing "
+                f"it moves the engine's log-probs by {moved:.3g} (against transformers: {e.value:.3g} as shipped, "
+                f"{forced.value:.3g} with the cap forced on)")
+    elif e.value <= tol:
+        hint = "the engine agrees with transformers, which never passes this cap to its attention (dead config)"
+    elif forced.value <= tol:
+        hint = (f"transformers never passes this cap to its attention (dead config); the engine applies it: it "
+                f"matches transformers with the cap forced on ({forced.value:.2g}), not as shipped ({e.value:.3g})")
+    else:
+        hint = (f"transformers never passes this cap to its attention (dead config); the engine differs from it by "
+                f"{e.value:.3g} in log-prob, and from it with the cap forced on by {forced.value:.3g}")
+    return _row("attention", c, "unused by transformers", None, e, tol, hint=hint)
+
+
 def verdicts(outcome_logits: dict, reference, once: float = 0.0) -> list[dict]:
     """Both caps' rows for one engine's logits {"capped": ..., "final off": ...}."""
     capped, final_off = outcome_logits["capped"], outcome_logits["final off"]
-    return [attention_verdict(final_off, reference.caps["attention"], reference, once),
+    return [attention_verdict(final_off, reference.caps["attention"], reference, once, outcome_logits.get("uncapped")),
             final_verdict(capped, final_off, reference.caps["final"], reference)]
 
 
