@@ -259,3 +259,21 @@ def test_llama_cpp_caps_gemma2_at_its_defaults_when_the_keys_are_absent(tmp_path
     got = {keys: llamacpp.run_gguf(llamacpp.convert(folder, tmp_path / f"{keys}.gguf", keys=keys), reference.ids)
            for keys in (True, False)}
     assert verdict.error(verdict.log_probs(got[False]), verdict.log_probs(got[True])).value == 0.0
+
+
+def test_an_engine_that_applies_a_cap_transformers_leaves_unused_is_named():
+    """Gemma 3's attention cap is dead config in transformers: an engine that applies it is caught."""
+    src = audit.source(None, "gemma3_text", SETS)
+    model = ref.build(src, 0)
+    ids = np.random.default_rng(0).integers(0, 200, TOKENS)
+    reference = ref.reference(model, ids, ref.bind(model, ids))
+    assert reference.applied == {"attention": False, "final": True}
+    assert reference.reach["attention"] == pytest.approx(ref.TARGET, rel=1e-3)  # the dead cap's input binds too
+    forced = reference.logits["attention forced"]
+    planted = verdict.verdicts({"capped": verdict.exact_cap(forced, 30.0), "final off": forced,
+                                "uncapped": reference.logits["final off"]}, reference)
+    assert planted[0]["verdict"] == "unused by transformers" and "the engine applies it" in planted[0]["hint"]
+    assert planted[1]["verdict"] == "applied"
+    faithful = verdict.verdicts({"capped": reference.logits["capped"], "final off": reference.logits["final off"],
+                                 "uncapped": reference.logits["final off"]}, reference)
+    assert faithful[0]["hint"].startswith("the engine agrees with transformers")
