@@ -29,7 +29,7 @@ census: $(STAMP)
 	$(PY) -m softcapgrad census --out results
 
 parity: $(STAMP)
-	$(PY) -m softcapgrad parity --model-type gemma2 --model-type gemma3_text --timeout 300 --out results
+	$(PY) -m softcapgrad parity --model-type gemma2 --model-type gemma3_text --timeout 600 --out results
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
