@@ -23,9 +23,12 @@ def parity_figure(rows: list[dict]):
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     for r in rows:
         x, y = columns.index((r["model"], r["cap"])), engines.index(r["engine"])
-        ax.add_patch(plt.Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, color=COLOURS.get(r["verdict"], "white"), ec="k"))
+        added = r["verdict"] == "unused by transformers" and "the engine applies it" in (r.get("hint") or "")
+        colour = "tab:red" if added else COLOURS.get(r["verdict"], "white")
+        ax.add_patch(plt.Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, color=colour, ec="k"))
         error = "" if r["error"] is None else f"\n{r['error']:.2g}"
-        ax.text(x, y, r["verdict"] + error, ha="center", va="center", fontsize=7)
+        text = "applied by the engine,\nunused by transformers" if added else r["verdict"]
+        ax.text(x, y, text + error, ha="center", va="center", fontsize=7)
     ax.set_xlim(-0.5, len(columns) - 0.5)
     ax.set_ylim(len(engines) - 0.5, -0.5)
     ax.set_xticks(range(len(columns)), [f"{m}\n{c} cap" for m, c in columns], fontsize=7)
