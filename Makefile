@@ -4,18 +4,21 @@
 # (results/census.json, census.md, figures/census.png; 2 to 3 minutes on one CPU core; not part of make test).
 # make experiment: does the bf16 dead zone cost training steps (results/experiment.json, experiment.md,
 # figures/experiment.png; tiny Gemma 2 on one CPU thread; not part of make test).
+# make parity: the caps of tiny Gemma 2 and Gemma 3 through ONNX Runtime, llama.cpp, Keras Hub and torch.export
+# (results/parity.json, parity.md, figures/parity.png; llama-cpp-python builds llama.cpp from source on install).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce test bench census experiment clean
+.PHONY: install reproduce test bench census experiment parity clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax,parity]'
+	$(PY) -m pip install --quiet -c constraints.txt --no-deps keras-hub
 	touch $(STAMP)
 
 reproduce: $(STAMP)
@@ -29,6 +32,9 @@ census: $(STAMP)
 
 experiment: $(STAMP)
 	$(PY) -m softcapgrad experiment --out results
+
+parity: $(STAMP)
+	$(PY) -m softcapgrad parity --model-type gemma2 --model-type gemma3_text --timeout 600 --out results
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py

@@ -2,14 +2,14 @@
 
 Each subcommand parses its options, calls one lower layer and renders the Report it returns
 (softcapgrad.cli.common.emit). The commands live beside this file by layer: laws, stacks, demos,
-models, ledger.
+models, engines, ledger.
 """
 
 import contextlib
 import os
 import sys
 
-from softcapgrad.cli import census, demos, experiments, ledger, laws, models, stacks
+from softcapgrad.cli import census, demos, engines, experiments, ledger, laws, models, stacks
 from softcapgrad.cli.common import PROG, app, reader_gone, stdout_closed
 
 app.command()(laws.identity)
@@ -25,6 +25,7 @@ app.command()(ledger.reproduce)
 app.command("audit-model")(models.audit_model)
 app.command()(census.census)
 app.command()(experiments.experiment)
+app.command()(engines.parity)
 
 
 def main() -> None:

@@ -1,0 +1,152 @@
+"""One parity run: the reference, each engine in its child process, a verdict per engine and cap.
+
+``prepare`` builds the reference (fp32 eager, caps binding) and writes the two transformers
+directories every engine converts: the model as it is, and the same weights with the final cap
+off. ``measure`` runs the engines and returns plain rows; ``as_dict`` and ``markdown`` give the
+results files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from softcapgrad.core.checks import InputError
+from softcapgrad.engines import reference as ref
+from softcapgrad.engines import runner, verdict
+
+FOLDERS = {"capped": "capped", "final off": "final-off", "uncapped": "uncapped"}  # variant -> folder name
+TIMES = ("cpu_s", "wall_s")  # printed, and in make bench; left out of the files, which stay the same run to run
+
+
+@dataclass(frozen=True)
+class Parity:
+    model: str
+    reference: object  # reference.Reference
+    rows: list = field(default_factory=list)  # one per engine and cap
+    engines: list = field(default_factory=list)  # one per engine: how, versions, times, reason
+
+
+def prepare(src, seq_len: int, seed: int, work: Path):
+    """The reference and the engines' input folders under ``work``."""
+    from softcapgrad.models import audit
+
+    ref.check(src.config)
+    if not 2 <= seq_len <= ref.MAX_TOKENS:
+        raise InputError(f"--seq-len {seq_len}: must lie in 2..{ref.MAX_TOKENS}")
+    model = ref.build(src, seed)
+    ids = audit.random_ids(src.config, 1, seq_len, seed).numpy().reshape(-1)
+    scales = ref.bind(model, ids)
+    reference = ref.reference(model, ids, scales)
+    runner.write_ids(work, ids)
+    for variant in variants(reference):
+        ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
+    return reference
+
+
+def variants(reference) -> list[str]:
+    """What each engine runs: the model, and without its final cap; also without any cap where transformers
+    leaves a set attention cap unused (does the engine apply it?)."""
+    dead = reference.caps["attention"] is not None and not reference.applied["attention"]
+    return ["capped", "final off"] + (["uncapped"] if dead else [])
+
+
+def _engine_rows(engine: runner.Engine, reference, work: Path, timeout: float) -> tuple[list, dict]:
+    info = {"engine": engine.name, "how": engine.how, "precision": engine.precision,
+            "versions": runner.versions(engine), "cpu_s": None, "wall_s": None, "reason": None}
+    refused = dict(engine.refusals).get(reference.model_type)
+    if refused or reference.model_type not in engine.types:
+        reason = refused or f"runs {', '.join(engine.types)}, not {reference.model_type}"
+        info["reason"] = reason
+        return verdict.could_not_run(reference, reason), info
+    absent = runner.missing(engine)
+    if absent:
+        info["reason"] = absent
+        return verdict.could_not_run(reference, absent), info
+    outcome = runner.run(engine, work, [FOLDERS[v] for v in variants(reference)], timeout)
+    info.update(cpu_s=round(outcome.cpu_s, 1), wall_s=round(outcome.wall_s, 1), reason=outcome.reason)
+    if outcome.reason:
+        return verdict.could_not_run(reference, outcome.reason), info
+    logits = {variant: outcome.logits[FOLDERS[variant]] for variant in variants(reference)}
+    shape = reference.logits["capped"].shape
+    if any(v.shape != shape for v in logits.values()):
+        reason = f"logits of shape {next(v.shape for v in logits.values() if v.shape != shape)}, expected {shape}"
+        info["reason"] = reason
+        return verdict.could_not_run(reference, reason), info
+    return verdict.verdicts(logits, reference, engine.once), info
+
+
+def measure(src, engines: list[str], seq_len: int, seed: int, timeout: float, label: str, advance=None) -> Parity:
+    with tempfile.TemporaryDirectory(prefix="softcapgrad-parity-") as tmp:
+        work = Path(tmp)
+        reference = prepare(src, seq_len, seed, work)
+        result = Parity(label, reference)
+        for name in engines:
+            engine = runner.ENGINES[name]
+            rows, info = _engine_rows(engine, reference, work, timeout)
+            for row in rows:
+                row.update(engine=name, model=label, reach=reference.reach.get(row["cap"]))
+            result.rows.extend(rows)
+            result.engines.append({**info, "model": label})
+            if advance:
+                advance()
+    return result
+
+
+def not_here() -> list[dict]:
+    return [{"engine": name, "verdict": "not measured here (needs a GPU)", "would_check": what}
+            for name, what in runner.NOT_HERE]
+
+
+def _clean(value):
+    if isinstance(value, float):
+        return float(f"{value:.6g}") if np.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def as_dict(results: list[Parity]) -> dict:
+    return _clean({
+        "models": [{"model": r.model, "caps": r.reference.caps, "reach": r.reference.reach,
+                    "tokens": int(r.reference.ids.size), "vocabulary": int(r.reference.logits["capped"].shape[1]),
+                    "scales": r.reference.scales} for r in results],
+        "rows": [row for r in results for row in r.rows],
+        "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
+        "not_measured": not_here(),
+    })
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def markdown(results: list[Parity], answer: tuple[str, ...]) -> str:
+    lines = ["# Do the caps survive leaving transformers?", "", *answer, ""]
+    for r in results:
+        reach = ", ".join(f"{k} {v:.3g}" for k, v in r.reference.reach.items() if v is not None)
+        lines += [f"## {r.model}", "", f"caps {r.reference.caps}; largest |a/c| reached: {reach}; "
+                  f"{r.reference.ids.size} tokens, full vocabulary of {r.reference.logits['capped'].shape[1]}.", "",
+                  "| engine | cap | verdict | log-prob error | to uncapped | tolerance | where | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for row in r.rows:
+            lines.append(f"| {row['engine']} | {row['cap']} | {row['verdict']} | {_fmt(row['error'])} | "
+                         f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_fmt(row['where'])} | "
+                         f"{row.get('hint', '')} |")
+        lines += ["", "| engine | path | versions |", "| --- | --- | --- |"]
+        for e in r.engines:
+            versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())
+            lines.append(f"| {e['engine']} | {e['how']} | {versions} |")
+        lines.append("")
+    lines += ["## Not measured here", "", "| engine | would check |", "| --- | --- |"]
+    lines += [f"| {row['engine']} | {row['would_check']} |" for row in not_here()]
+    return "\n".join(lines) + "\n"

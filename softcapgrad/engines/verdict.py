@@ -1,0 +1,208 @@
+"""What an engine did with each cap, from full-vocabulary log-probabilities.
+
+Every engine runs the model twice: as it is (``capped``) and with the final cap switched off
+(``final off``), which gives the engine's own pre-cap logits a. Then each cap is judged apart:
+
+- final cap: the engine's capped log-probs against log_softmax(c·tanh(a/c)) of its own a, so that
+  nothing upstream (attention, MLP, a GELU table) enters: the comparison is the cap's arithmetic
+  alone, to fp32 precision at the scale c;
+- attention cap: the engine's ``final off`` log-probs against the reference with the final cap
+  off, and against the reference with both caps off, to the engine's own precision at the scale of
+  the logits.
+
+Verdicts: *applied* (within tolerance of the capped form), *ignored* (within tolerance of the
+uncapped form), *different* (neither; the nearest of a few known alternatives is named when it
+matches: the cap in bf16 or fp16, a hard clip, x/√(1+x²)), *not finite*, *not bound* (the reference
+cannot tell the cap from its absence on these inputs), *unused by transformers* (the field is set but
+the reference model never applies it), or *could not run*.
+
+Tolerances: a log-prob is a logit minus a log-sum-exp, so an error of δ in every logit moves it by
+at most 2δ. The final cap's check is its own arithmetic at the scale c (a division, a tanh and a
+product, each within a few fp32 ulps): δ = K·u·c with K = 16. The attention check crosses the whole
+model: a dot product of n terms in a format of unit roundoff u is within n·u of its magnitude
+(the textbook γ_n bound), so δ = (n·u + w)·M, with n the model's longest reduction (its hidden or
+MLP width), M the largest |logit| and w the unit roundoff of any step an engine rounds once to a
+coarser format (llama.cpp's GELU reads an fp16 table). A bf16 cap moves logits by up to half a bf16
+ulp of c, 2^-9·c, far outside both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+K = 16
+FP32 = 2.0 ** -24
+MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
+
+
+def log_probs(z: np.ndarray) -> np.ndarray:
+    z = np.asarray(z, dtype=np.float64)
+    top = z.max(axis=-1, keepdims=True)
+    return z - top - np.log(np.exp(z - top).sum(axis=-1, keepdims=True))
+
+
+def tolerance(unit: float, scale: float, roundings: float = K, once: float = 0.0) -> float:
+    """2δ with δ = (roundings·unit + once)·scale: the largest log-prob error allowed."""
+    return 2 * (roundings * unit + once) * scale
+
+
+def _round(x: np.ndarray, fmt: str) -> np.ndarray:
+    import ml_dtypes
+
+    kind = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}[fmt]
+    return np.asarray(x, dtype=np.float32).astype(kind).astype(np.float64)
+
+
+def cap_in(fmt: str):
+    """c·tanh(a/c) with a, a/c, the tanh and the product each rounded to ``fmt``."""
+    def f(a, c):
+        x = _round(_round(a, fmt) / _round(np.float64(c), fmt), fmt)
+        return _round(_round(np.tanh(x), fmt) * _round(np.float64(c), fmt), fmt)
+    return f
+
+
+ALTERNATIVES = {  # final-cap forms an engine might compute instead, on the engine's own a (float64)
+    "the cap computed in bf16": cap_in("bf16"),
+    "the cap computed in fp16": cap_in("fp16"),
+    "a hard clip to [-c, c]": lambda a, c: np.clip(a, -c, c),
+    "c·x/sqrt(1+x²) instead of tanh": lambda a, c: a / np.sqrt(1 + (a / c) ** 2),
+}
+ALTERNATIVE_UNITS = {"the cap computed in bf16": 2.0 ** -8, "the cap computed in fp16": 2.0 ** -11}
+
+
+def exact_cap(a: np.ndarray, c: float) -> np.ndarray:
+    return c * np.tanh(np.asarray(a, dtype=np.float64) / c)
+
+
+@dataclass(frozen=True)
+class Error:
+    value: float  # largest |Δ log-prob|
+    token: int
+    vocab: int
+
+
+def error(lp: np.ndarray, reference_lp: np.ndarray) -> Error:
+    diff = np.abs(lp - reference_lp)
+    t, v = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    return Error(float(diff[t, v]), int(t), int(v))
+
+
+def _nonfinite(*arrays) -> int:
+    return int(sum(np.size(a) - np.isfinite(a).sum() for a in arrays))
+
+
+def _row(cap: str, c, verdict: str, applied: Error | None, ignored: Error | None, tol: float, **extra) -> dict:
+    return {"cap": cap, "c": c, "verdict": verdict,
+            "error": None if applied is None else applied.value,
+            "error_off": None if ignored is None else ignored.value,
+            "where": None if applied is None else f"token {applied.token}, id {applied.vocab}",
+            "tolerance": tol, **extra}
+
+
+def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, reference) -> dict:
+    """The final cap: the engine's capped log-probs against the cap of its own pre-cap logits."""
+    if c is None:
+        return _row("final", None, "not set", None, None, 0.0, hint="")
+    bad = _nonfinite(capped)
+    if bad:
+        return _row("final", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
+    if _nonfinite(final_off):
+        return _row("final", c, "could not run", None, None, 0.0,
+                    hint="the engine's logits without the final cap are not finite: no pre-cap values to compare")
+    a = np.asarray(final_off, dtype=np.float64)
+    tol = tolerance(FP32, c)
+    lp = log_probs(capped)
+    applied, ignored = error(lp, log_probs(exact_cap(a, c))), error(lp, log_probs(a))
+    precap = error(a, reference.logits["final off"])  # raw logits: the engine's a against transformers' a
+    separation = error(log_probs(exact_cap(a, c)), log_probs(a)).value
+    extra = {"precap_error": precap.value, "precap_where": f"token {precap.token}, id {precap.vocab}",
+             "separation": separation}
+    if separation <= 10 * tol:
+        return _row("final", c, "not bound", applied, ignored, tol, hint="the cap barely changes these logits", **extra)
+    if applied.value <= tol:
+        return _row("final", c, "applied", applied, ignored, tol, hint="", **extra)
+    if ignored.value <= tol:
+        return _row("final", c, "ignored", applied, ignored, tol, hint="", **extra)
+    return _row("final", c, "different", applied, ignored, tol,
+                hint=_nearest(lp, a, c, applied.value), **extra)
+
+
+def _nearest(lp: np.ndarray, a: np.ndarray, c: float, exact: float) -> str:
+    """The alternative form the engine's output fits, where one fits within its own tolerance and much better."""
+    fits = []
+    for name, form in ALTERNATIVES.items():
+        e = error(lp, log_probs(form(a, c))).value
+        tol = tolerance(ALTERNATIVE_UNITS.get(name, FP32), c)
+        if e <= tol and e <= MATCH * exact:
+            fits.append((e, name))
+    return f"matches {min(fits)[1]}" if fits else "matches none of: " + "; ".join(ALTERNATIVES)
+
+
+def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: float, uncapped=None) -> dict:
+    """The attention cap: the engine without its final cap against the reference with and without the attention cap."""
+    if c is None:
+        return _row("attention", None, "not set", None, None, 0.0, hint="")
+    bad = _nonfinite(final_off)
+    if not reference.applied["attention"]:
+        return _unused(final_off, c, reference, once, bad, uncapped)
+    if bad:
+        return _row("attention", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
+    on, off = reference.logits["final off"], reference.logits["uncapped"]
+    tol = tolerance(FP32, float(np.abs(on).max()), reference.width, once)
+    lp = log_probs(final_off)
+    applied, ignored = error(lp, log_probs(on)), error(lp, log_probs(off))
+    separation = error(log_probs(on), log_probs(off)).value
+    extra = {"separation": separation}
+    if separation <= 10 * tol:
+        return _row("attention", c, "not bound", applied, ignored, tol,
+                    hint="on these inputs the reference cannot tell the cap from its absence", **extra)
+    if applied.value <= tol:
+        return _row("attention", c, "applied", applied, ignored, tol, hint="", **extra)
+    if ignored.value <= tol:
+        return _row("attention", c, "ignored", applied, ignored, tol, hint="", **extra)
+    fits = []
+    for name, logits in reference.alternatives.items():
+        e = error(lp, log_probs(logits)).value
+        if e <= MATCH * applied.value:
+            fits.append((e, name))
+    hint = (f"closest to {min(fits)[1]} ({min(fits)[0]:.2g})" if fits
+            else "matches none of: " + "; ".join(reference.alternatives))
+    return _row("attention", c, "different", applied, ignored, tol, hint=hint, **extra)
+
+
+def _unused(final_off: np.ndarray, c: float, reference, once: float, bad: int, uncapped=None) -> dict:
+    """A cap set in the config that transformers never applies: does the engine agree with transformers' output?"""
+    base = reference.logits["final off"]
+    tol = tolerance(FP32, float(np.abs(base).max()), reference.width, once)
+    if bad:
+        return _row("attention", c, "unused by transformers", None, None, tol, hint=f"{bad} non-finite logits")
+    e = error(log_probs(final_off), log_probs(base))
+    forced = error(log_probs(final_off), log_probs(reference.logits["attention forced"]))
+    moved = None if uncapped is None else error(log_probs(final_off), log_probs(uncapped)).value
+    if moved is not None and moved > tol:
+        hint = (f"transformers never passes this cap to its attention (dead config); the engine applies it: removing "
+                f"it moves the engine's log-probs by {moved:.3g} (against transformers: {e.value:.3g} as shipped, "
+                f"{forced.value:.3g} with the cap forced on)")
+    elif e.value <= tol:
+        hint = "the engine agrees with transformers, which never passes this cap to its attention (dead config)"
+    elif forced.value <= tol:
+        hint = (f"transformers never passes this cap to its attention (dead config); the engine applies it: it "
+                f"matches transformers with the cap forced on ({forced.value:.2g}), not as shipped ({e.value:.3g})")
+    else:
+        hint = (f"transformers never passes this cap to its attention (dead config); the engine differs from it by "
+                f"{e.value:.3g} in log-prob, and from it with the cap forced on by {forced.value:.3g}")
+    return _row("attention", c, "unused by transformers", None, e, tol, hint=hint)
+
+
+def verdicts(outcome_logits: dict, reference, once: float = 0.0) -> list[dict]:
+    """Both caps' rows for one engine's logits {"capped": ..., "final off": ...}."""
+    capped, final_off = outcome_logits["capped"], outcome_logits["final off"]
+    return [attention_verdict(final_off, reference.caps["attention"], reference, once, outcome_logits.get("uncapped")),
+            final_verdict(capped, final_off, reference.caps["final"], reference)]
+
+
+def could_not_run(reference, reason: str) -> list[dict]:
+    return [_row(cap, reference.caps[cap], "could not run", None, None, 0.0, hint=reason)
+            for cap in ("attention", "final")]

@@ -1,0 +1,279 @@
+"""parity: planted failures get named, the GGUF conversion is right, engines run when their extra is installed,
+and bad input or a failing engine never crashes the tool."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from softcapgrad.engines import reference as ref  # noqa: E402
+from softcapgrad.engines import runner, verdict  # noqa: E402
+from softcapgrad.models import audit  # noqa: E402
+
+SETS = ["final_logit_softcapping=30", "attn_logit_softcapping=50", "query_pre_attn_scalar=32"]
+TOKENS = 12
+
+
+def _config(**fields):
+    from transformers import Gemma2Config
+
+    base = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32, max_position_embeddings=128,
+                final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
+    return Gemma2Config(**{**base, **fields})
+
+
+def _built(**fields):
+    src = audit.Source(_config(**fields), None, False)
+    model = ref.build(src, 0)
+    ids = np.random.default_rng(0).integers(0, 240, TOKENS)
+    return model, ids
+
+
+@pytest.fixture(scope="module")
+def capped():
+    model, ids = _built()
+    scales = ref.bind(model, ids)
+    return model, ref.reference(model, ids, scales)
+
+
+def _rows(reference, capped_logits, final_off_logits):
+    rows = verdict.verdicts({"capped": capped_logits, "final off": final_off_logits}, reference)
+    return {r["cap"]: r for r in rows}
+
+
+def test_inputs_bind_every_cap(capped):
+    _, reference = capped
+    assert reference.reach["attention"] == pytest.approx(ref.TARGET, rel=1e-3)
+    assert reference.reach["final"] == pytest.approx(ref.TARGET, rel=1e-3)
+
+
+def test_the_reference_itself_is_applied(capped):
+    model, reference = capped
+    rows = _rows(reference, reference.logits["capped"], reference.logits["final off"])
+    assert rows["attention"]["verdict"] == "applied" and rows["final"]["verdict"] == "applied"
+
+
+def test_dropped_final_cap_is_ignored(capped):
+    _, reference = capped
+    rows = _rows(reference, reference.logits["final off"], reference.logits["final off"])
+    assert rows["final"]["verdict"] == "ignored"
+    assert rows["attention"]["verdict"] == "applied"
+
+
+def test_dropped_attention_cap_is_ignored(capped):
+    _, reference = capped
+    rows = _rows(reference, reference.logits["attention off"], reference.logits["uncapped"])
+    assert rows["attention"]["verdict"] == "ignored"
+    assert rows["final"]["verdict"] == "applied"  # the final cap still runs, on the engine's own logits
+
+
+def test_final_cap_in_bf16_is_named(capped):
+    model, reference = capped
+    bf16 = verdict.cap_in("bf16")
+    planted = bf16(reference.logits["final off"], 30.0)
+    rows = _rows(reference, planted, reference.logits["final off"])
+    assert rows["final"]["verdict"] == "different"
+    assert rows["final"]["hint"] == "matches the cap computed in bf16"
+    assert rows["attention"]["verdict"] == "applied"
+
+
+def test_attention_cap_in_bf16_is_named(capped):
+    import torch
+
+    model, reference = capped
+    cap = ref.attention_alternatives()["the cap computed in bf16"]
+    final_off = ref.logits(model, reference.ids, off=("final",), cap_fn=cap)
+    planted = ref.logits(model, reference.ids, cap_fn=cap)
+    rows = _rows(reference, planted, final_off)
+    assert rows["attention"]["verdict"] == "different"
+    assert rows["attention"]["hint"].startswith("closest to the cap computed in bf16")
+    assert rows["final"]["verdict"] == "applied"
+    assert torch.get_default_dtype() == torch.float32
+
+
+@pytest.mark.parametrize("form, name", [
+    (lambda a, c: a / np.sqrt(1 + (a / c) ** 2), "c·x/sqrt(1+x²) instead of tanh"),
+    (lambda a, c: np.clip(a, -c, c), "a hard clip to [-c, c]"),
+])
+def test_tanh_replaced_is_named(capped, form, name):
+    _, reference = capped
+    a = reference.logits["final off"]
+    rows = _rows(reference, form(a, 30.0), a)
+    assert rows["final"]["verdict"] == "different" and rows["final"]["hint"] == f"matches {name}"
+
+
+def test_an_unknown_function_is_different_without_a_name(capped):
+    _, reference = capped
+    a = reference.logits["final off"]
+    rows = _rows(reference, 30.0 * np.sin(a / 30.0), a)
+    assert rows["final"]["verdict"] == "different" and rows["final"]["hint"].startswith("matches none of")
+
+
+def test_nan_for_large_logits_is_not_finite(capped):
+    _, reference = capped
+    a = reference.logits["final off"]
+    planted = np.where(np.abs(a) > 60.0, np.nan, verdict.exact_cap(a, 30.0))  # a fused cap failing past 2c
+    assert np.isnan(planted).any()
+    rows = _rows(reference, planted, a)
+    assert rows["final"]["verdict"] == "not finite"
+
+
+def test_a_cap_that_does_not_bind_is_not_judged():
+    model, ids = _built()
+    reference = ref.reference(model, ids, {})  # unscaled: the largest |a/c| stays far below 1
+    assert reference.reach["final"] < 0.1
+    rows = _rows(reference, reference.logits["final off"], reference.logits["final off"])
+    assert rows["final"]["verdict"] == "not bound"
+
+
+# --- bad input and failing engines ---------------------------------------------------------------
+
+
+def test_absurd_sizes_are_refused_before_building():
+    from softcapgrad.core.checks import InputError
+
+    with pytest.raises(InputError, match="refused before building"):
+        ref.check(_config(hidden_size=65536, intermediate_size=262144, num_hidden_layers=64, vocab_size=256000))
+
+
+def test_a_model_without_caps_is_refused():
+    from softcapgrad.core.checks import InputError
+
+    with pytest.raises(InputError, match="no soft-cap set"):
+        ref.check(_config(final_logit_softcapping=None, attn_logit_softcapping=None))
+
+
+def test_a_missing_engine_names_the_extra():
+    engine = runner.Engine("absent", "onnx", ("no_such_module_here",), "", 0.0, "fp32", ("gemma2",))
+    assert runner.missing(engine) == ("engine absent needs no_such_module_here, not installed here: "
+                                      "pip install 'softcapgrad[parity]'")
+
+
+def test_a_crashing_or_hanging_engine_is_a_reason(tmp_path, capped):
+    model, reference = capped
+    runner.write_ids(tmp_path, reference.ids)
+    ref.save(model, tmp_path / "capped")
+    broken = runner.Engine("broken", "verdict", ("torch",), "", 0.0, "fp32", ("gemma2",))  # no logits function
+    outcome = runner.run(broken, tmp_path, ["capped"], timeout=300)
+    assert outcome.logits == {} and "AttributeError" in outcome.reason
+    slow = runner.Engine("slow", "torchexport", ("torch",), "", 0.0, "fp32", ("gemma2",))
+    outcome = runner.run(slow, tmp_path, ["capped"], timeout=0.2)
+    assert outcome.logits == {} and outcome.reason == "no answer in 0 s (stopped)"
+
+
+def test_cli_refuses_bad_input_in_one_line():
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    result = CliRunner().invoke(app, ["parity", "--model-type", "llama", "--engine", "torchexport"])
+    assert result.exit_code == 2 and "parity runs gemma2 and gemma3_text" in result.output
+    result = CliRunner().invoke(app, ["parity", "--engine", "torchexport", "--set", "num_hidden_layers=100000",
+                                      "--set", "hidden_size=100000"])
+    assert result.exit_code == 2 and "refused before building" in result.output
+
+
+# --- the engines, where their extra is installed ---------------------------------------------------
+
+
+def _needs(*modules):
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    return pytest.mark.skipif(bool(absent), reason=f"{', '.join(absent)} not installed: pip install 'softcapgrad[parity]'")
+
+
+def _measured(engine: str, model_type: str = "gemma2"):
+    from softcapgrad.engines import parity
+
+    src = audit.source(None, model_type, SETS)
+    result = parity.measure(src, [engine], TOKENS, 0, 600, model_type)
+    assert result.engines[0]["reason"] is None, result.engines[0]["reason"]
+    return {r["cap"]: r["verdict"] for r in result.rows}
+
+
+@pytest.mark.slow
+@_needs("onnxruntime", "onnx", "onnxscript")
+def test_onnx_runtime_applies_both_caps():
+    assert _measured("onnx") == {"attention": "applied", "final": "applied"}
+
+
+@pytest.mark.slow
+def test_torch_export_applies_both_caps():
+    assert _measured("torchexport") == {"attention": "applied", "final": "applied"}
+
+
+@pytest.mark.slow
+@_needs("keras", "keras_hub", "jax")
+def test_keras_hub_applies_both_caps():
+    assert _measured("kerashub") == {"attention": "applied", "final": "applied"}
+
+
+@pytest.mark.slow
+@_needs("gguf")
+def test_gguf_carries_llama_cpp_cap_keys(tmp_path):
+    import gguf
+
+    from softcapgrad.engines import llamacpp
+
+    model, _ = _built()
+    path = llamacpp.convert(ref.save(model, tmp_path / "m"), tmp_path / "m.gguf")
+    fields = gguf.GGUFReader(str(path)).fields
+    value = {k: float(fields[k].parts[fields[k].data[0]][0]) for k in
+             ("gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping")}
+    assert value == {"gemma2.attn_logit_softcapping": 50.0, "gemma2.final_logit_softcapping": 30.0}
+
+
+@pytest.mark.slow
+@_needs("gguf", "llama_cpp")
+def test_gguf_conversion_is_right_on_an_uncapped_model_first(tmp_path):
+    """No cap at all: llama.cpp's log-probs match transformers' to the engine's tolerance."""
+    from softcapgrad.engines import llamacpp
+
+    model, ids = _built(final_logit_softcapping=None, attn_logit_softcapping=None)
+    want = verdict.log_probs(ref.logits(model, ids))
+    path = llamacpp.convert(ref.save(model, tmp_path / "m"), tmp_path / "m.gguf")
+    got = verdict.log_probs(llamacpp.run_gguf(path, ids))
+    scale = float(np.abs(ref.logits(model, ids)).max())
+    assert verdict.error(got, want).value <= verdict.tolerance(verdict.FP32, scale, 128, runner.FP16)
+
+
+@pytest.mark.slow
+@_needs("gguf", "llama_cpp")
+def test_llama_cpp_caps_measured():
+    rows = _measured("llamacpp")
+    assert set(rows.values()) <= {"applied", "ignored", "different", "not finite"}
+
+
+@pytest.mark.slow
+@_needs("gguf", "llama_cpp")
+def test_llama_cpp_caps_gemma2_at_its_defaults_when_the_keys_are_absent(tmp_path, capped):
+    """llama.cpp's Gemma 2 graph always caps: without the keys it uses 50 and 30, the values of this model."""
+    from softcapgrad.engines import llamacpp
+
+    model, reference = capped
+    folder = ref.save(model, tmp_path / "m")
+    got = {keys: llamacpp.run_gguf(llamacpp.convert(folder, tmp_path / f"{keys}.gguf", keys=keys), reference.ids)
+           for keys in (True, False)}
+    assert verdict.error(verdict.log_probs(got[False]), verdict.log_probs(got[True])).value == 0.0
+
+
+def test_an_engine_that_applies_a_cap_transformers_leaves_unused_is_named():
+    """Gemma 3's attention cap is dead config in transformers: an engine that applies it is caught."""
+    src = audit.source(None, "gemma3_text", SETS)
+    model = ref.build(src, 0)
+    ids = np.random.default_rng(0).integers(0, 200, TOKENS)
+    reference = ref.reference(model, ids, ref.bind(model, ids))
+    assert reference.applied == {"attention": False, "final": True}
+    assert reference.reach["attention"] == pytest.approx(ref.TARGET, rel=1e-3)  # the dead cap's input binds too
+    forced = reference.logits["attention forced"]
+    planted = verdict.verdicts({"capped": verdict.exact_cap(forced, 30.0), "final off": forced,
+                                "uncapped": reference.logits["final off"]}, reference)
+    assert planted[0]["verdict"] == "unused by transformers" and "the engine applies it" in planted[0]["hint"]
+    assert planted[1]["verdict"] == "applied"
+    faithful = verdict.verdicts({"capped": reference.logits["capped"], "final off": reference.logits["final off"],
+                                 "uncapped": reference.logits["final off"]}, reference)
+    assert faithful[0]["hint"].startswith("the engine agrees with transformers")
