@@ -56,10 +56,13 @@ aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
            aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid"}
 BACKWARD = {aten.tanh_backward.default: "tanh", aten.sigmoid_backward.default: "sigmoid"}
-SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True}  # op -> the number multiplies (True) or divides
+SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True,  # op -> the number multiplies (True) or divides
+         aten.div_.Tensor: False, aten.mul_.Tensor: True}
+IN_PLACE = {aten.tanh_.default, aten.sigmoid_.default}  # these overwrite the input the monitor reads
 # one lookup per op, by identity (op overloads are singletons; their __hash__ runs Python code)
 _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("backward", fn) for op, fn in BACKWARD.items()} \
-    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} | {id(ingraph.OP): ("compiled", None)}
+    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} | {id(ingraph.OP): ("compiled", None)} \
+    | {id(op): ("in place", FORWARD[op]) for op in IN_PLACE}
 LOW = (torch.bfloat16, torch.float16)
 # wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
 
@@ -99,6 +102,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         self._compiled = CompiledRegions()
         self._zones: dict[tuple, float | None] = {}
         self._reduced = False
+        self._depth = 0  # with-blocks of this monitor open now: only the outermost one watches
         if compiled:
             ingraph.install()
 
@@ -107,11 +111,17 @@ class DeadZoneMonitor(TorchDispatchMode):
         return True  # let torch.compile run compiled code; its in-graph counters come back through dispatch
 
     def __enter__(self):
+        self._depth += 1
+        if self._depth > 1:  # already active (``with m:`` around ``with m.step():``): the outer block counts, once
+            return self
         self.watched += 1
         self._compiled.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth:
+            return None
         try:
             return super().__exit__(*exc)
         finally:
@@ -131,15 +141,21 @@ class DeadZoneMonitor(TorchDispatchMode):
             yield True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
         role = _ROLE.get(id(func))
+        if role is not None and role[0] == "in place":  # read the input before the op overwrites it
+            x = args[0]
+            before = x.clone()
+            out = func(*args, **(kwargs or {}))
+            self._forward(role[1], before, out, (x.data_ptr(), tuple(x.shape)))
+            return out
+        out = func(*args, **(kwargs or {}))
         if role is None:
             if isinstance(func, HigherOrderOperator):
                 self.higher_order[func.name()] = self.higher_order.get(func.name(), 0) + 1
         elif role[0] == "scale":
             self._note_scale(role[1], args, out)
         elif role[0] == "forward":
-            self._forward(role[1], args[0], out)
+            self._forward(role[1], args[0], out, (args[0].data_ptr(), tuple(args[0].shape)))
         elif role[0] == "backward":
             self._backward(role[1], args[0], args[1], out)
         else:
@@ -158,9 +174,10 @@ class DeadZoneMonitor(TorchDispatchMode):
             c = 1.0 / other if multiplies else float(other)
             self._scaled = (out.data_ptr(), tuple(out.shape), abs(c))
 
-    def _forward(self, fn: str, x: torch.Tensor, y: torch.Tensor) -> None:
+    def _forward(self, fn: str, x: torch.Tensor, y: torch.Tensor, where: tuple) -> None:
+        """``x`` the op's input as it was (``where``: its storage and shape, matched with a division's output)."""
         cap = None
-        if fn == "tanh" and self._scaled is not None and self._scaled[:2] == (x.data_ptr(), tuple(x.shape)):
+        if fn == "tanh" and self._scaled is not None and self._scaled[:2] == where:
             cap = self._scaled[2]
         inner, outer, where = call_site(sys._getframe(2))
         model, module = self._owners.owner(inner, outer)

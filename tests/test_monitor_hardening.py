@@ -1,0 +1,122 @@
+"""The monitor's edges: re-entry, nesting, a step that raises, in-place caps in compiled code, one rank missing
+from all_reduce(), and the step that watches only the sites found (counts equal to the mode over every op)."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from softcapgrad.stacks import registry
+from softcapgrad.stacks.watch import DeadZoneMonitor
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _values(n: int = 4096) -> torch.Tensor:
+    """bf16 pre-cap values on both sides of the bf16 horizons at c = 30."""
+    return (torch.randn(n, generator=torch.Generator().manual_seed(0)) * 300).to(torch.bfloat16)
+
+
+def _line(code) -> str:
+    return f"test_monitor_hardening.py:{code.co_firstlineno + 1}"
+
+
+# --- 1. re-entry and nesting ---------------------------------------------------------------------
+
+
+def test_reentered_monitor_counts_once_and_compiled_code_survives_it():
+    """Entering an active monitor again is a no-op (counted once); dynamo's guard hook never calls itself, so the
+    next compiled cache hit after the blocks runs (it aborted the process with a RecursionError before)."""
+    code = textwrap.dedent("""
+        import torch
+        from softcapgrad.stacks.watch import DeadZoneMonitor
+        f = torch.compile(lambda a: 30.0 * torch.tanh(a / 30.0))
+        a = torch.randn(64)
+        m = DeadZoneMonitor(every=2)
+        f(a)
+        with m:
+            with m:
+                f(a)
+            with m.step():
+                f(a)
+        print([(r.calls, r.count) for r in m.rows()], m.watched, m.compiled_regions > 0)
+        f(a)
+        print("survived")
+    """)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["[(2, 128)] 1 True", "survived"]
+
+
+def test_reentry_in_eager_code_counts_each_element_once():
+    x = torch.linspace(-40, 40, 81)
+    monitor = DeadZoneMonitor()
+    with monitor:
+        with monitor.step():
+            with monitor:
+                torch.sigmoid(x)
+    (row,) = monitor.rows()
+    assert (row.calls, row.count, monitor.watched, monitor.steps) == (1, 81, 1, 1)
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    assert _get_current_dispatch_mode_stack() == []
+
+
+def _sigmoid_here(x):
+    return torch.sigmoid(x)
+
+
+def test_nested_monitors_each_name_the_real_call_site():
+    x = torch.linspace(-40, 40, 81)
+    with DeadZoneMonitor() as outer:
+        with DeadZoneMonitor() as inner:
+            _sigmoid_here(x)
+    for monitor in (outer, inner):
+        (row,) = monitor.rows()
+        assert (row.site, row.count) == (_line(_sigmoid_here.__code__), 81)
+
+
+# --- 3. in-place caps inside compiled code -------------------------------------------------------
+
+
+def _in_place_cap(a):
+    return 30.0 * a.clone().div_(30.0).tanh_()
+
+
+def _two_caps(a):
+    return 30.0 * torch.tanh(a / 30.0) + _in_place_cap(a)
+
+
+def test_in_place_cap_in_compiled_code_is_counted_on_its_input():
+    a = _values().requires_grad_(True)
+    first = registry.first_zero("torch-compile-cpu", "bfloat16", 30.0).value
+    dead = int((a.detach().abs() >= first).sum())
+    DeadZoneMonitor()  # the counting pass, before the compile
+    for fn in (_in_place_cap, _two_caps):
+        compiled = torch.compile(fn, dynamic=False)
+        with DeadZoneMonitor() as monitor:
+            compiled(a).sum().backward()
+        rows = {r.site: r for r in monitor.rows()}
+        in_place = rows[_line(_in_place_cap.__code__)]
+        assert (in_place.path, in_place.cap, in_place.count, in_place.dead) == ("torch-compile-cpu", 30.0, a.numel(),
+                                                                                 dead) and dead > 0
+        assert in_place.max_abs == float(a.detach().abs().max())  # read before the division overwrote it
+        assert len(rows) == (2 if fn is _two_caps else 1)
+
+
+def test_in_place_cap_in_eager_code_equals_the_out_of_place_one():
+    a = _values().requires_grad_(True)
+    counts = []
+    for fn in (_in_place_cap, lambda a: 30.0 * torch.tanh(a / 30.0)):
+        with DeadZoneMonitor() as monitor:
+            fn(a).sum().backward()
+        (row,) = monitor.rows()
+        counts.append((row.cap, row.count, row.saturated, row.zero_grad, row.max_abs_input))
+    assert counts[0] == counts[1] and counts[0][2] > 0
