@@ -120,3 +120,42 @@ def test_in_place_cap_in_eager_code_equals_the_out_of_place_one():
         (row,) = monitor.rows()
         counts.append((row.cap, row.count, row.saturated, row.zero_grad, row.max_abs_input))
     assert counts[0] == counts[1] and counts[0][2] > 0
+
+
+# --- 4. all_reduce() called on one rank only -----------------------------------------------------
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _one_rank_reduces(rank: int, port: int, out: str) -> None:
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+    with DeadZoneMonitor() as monitor:
+        torch.sigmoid(torch.linspace(-40, 40, 81))
+    if rank == 0:  # rank 1 never calls all_reduce()
+        start = time.monotonic()
+        try:
+            monitor.all_reduce(timeout=2.0)
+            said = "no error"
+        except RuntimeError as err:
+            said = str(err)
+        with open(os.path.join(out, "rank0.txt"), "w") as f:
+            f.write(f"{time.monotonic() - start:.1f}\n{said}")
+
+
+def test_all_reduce_on_one_rank_names_the_missing_rank_instead_of_hanging(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_one_rank_reduces, args=(_port(), str(tmp_path)), nprocs=2, join=True)
+    seconds, said = (tmp_path / "rank0.txt").read_text().split("\n", 1)
+    assert said.startswith("all_reduce(): rank 1 did not call it within 2 s") and "\n" not in said
+    assert float(seconds) < 30  # the store's short wait, not the process group's 60 s

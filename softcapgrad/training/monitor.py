@@ -67,6 +67,35 @@ LOW = (torch.bfloat16, torch.float16)
 # wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
 
 
+_CALLS: dict[tuple, int] = {}  # process group's ranks -> all_reduce() calls made here, a generation for its keys
+
+
+def _all_ranks_here(group, timeout: float) -> None:
+    """Wait, through the process group's store, until every rank of ``group`` has called all_reduce() as many
+    times as this one; name the ranks missing after ``timeout`` seconds."""
+    import datetime
+
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_group, _get_process_group_store
+
+    store = _get_process_group_store(group or _get_default_group())
+    ranks = dist.get_process_group_ranks(group or _get_default_group())
+    generation = _CALLS[tuple(ranks)] = _CALLS.get(tuple(ranks), 0) + 1
+    keys = [f"softcapgrad/all_reduce/{generation}/{r}" for r in range(len(ranks))]
+    store.set(keys[dist.get_rank(group)], "here")
+    try:
+        store.wait(keys, datetime.timedelta(seconds=timeout))
+    except Exception as err:  # the store's timeout error
+        try:
+            missing = [ranks[r] for r, key in enumerate(keys) if not store.check([key])]
+        except Exception:  # the store itself is gone (the rank that held it left)
+            missing = []
+        raise RuntimeError(
+            f"all_reduce(): rank{'s' if len(missing) != 1 else ''} {', '.join(map(str, missing)) or '?'} did not call "
+            f"it within {timeout:g} s (call number {generation} on rank {dist.get_rank()}): every rank of the "
+            "group must call it, once per monitor, at the same point") from err
+
+
 # --- the monitor -------------------------------------------------------------------------------
 
 
@@ -241,13 +270,18 @@ class DeadZoneMonitor(TorchDispatchMode):
 
     # -- many ranks
 
-    def all_reduce(self, group=None) -> None:
+    def all_reduce(self, group=None, timeout: float = 60.0) -> None:
         """Sum the counts over a torch.distributed process group (a collective: every rank calls it once, at
-        report time); afterwards ``rows()``, ``table()`` and ``report()`` give the totals on every rank."""
+        report time); afterwards ``rows()``, ``table()`` and ``report()`` give the totals on every rank.
+
+        The ranks first check through the group's store that all of them called it: a rank still missing
+        after ``timeout`` seconds is named in one line (a RuntimeError), instead of a hang until the process
+        group's own timeout."""
         import torch.distributed as dist
 
         if self._reduced:
             raise RuntimeError("all_reduce() was already called: these counts are the sum over the ranks")
+        _all_ranks_here(group, timeout)
         local: dict[tuple, list] = {}
         for site, t in self._tallies.items():
             qualifier = self._owners.qualifier(site.model)
