@@ -159,3 +159,38 @@ def test_all_reduce_on_one_rank_names_the_missing_rank_instead_of_hanging(tmp_pa
     seconds, said = (tmp_path / "rank0.txt").read_text().split("\n", 1)
     assert said.startswith("all_reduce(): rank 1 did not call it within 2 s") and "\n" not in said
     assert float(seconds) < 30  # the store's short wait, not the process group's 60 s
+
+
+# --- 2. a Trainer step that raises ---------------------------------------------------------------
+
+
+def test_trainer_step_that_raises_leaves_no_monitor_behind(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    from transformers import Trainer, TrainingArguments
+
+    import softcapgrad
+    from monitoring import ids, tiny
+
+    model = tiny("gemma2")
+    batch = ids(shape=(4, 12))
+
+    def fail(module, args, out):  # the watched step raises in its forward, after the first layer's cap ran
+        raise KeyboardInterrupt
+
+    failing = model.model.layers[1].register_forward_hook(fail)
+    callback = softcapgrad.DeadZoneCallback(every=1)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, report_to="none",
+                             save_strategy="no", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": r, "labels": r} for r in batch],
+                      callbacks=[callback])
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert _get_current_dispatch_mode_stack() == []
+    watched = callback.monitor
+    counted = sum(r.count for r in watched.rows())
+    assert counted > 0  # the step's forward was watched
+    failing.remove()
+    model(input_ids=batch[:2])  # a plain forward after the failed run
+    assert sum(r.count for r in watched.rows()) == counted
