@@ -194,3 +194,80 @@ def test_trainer_step_that_raises_leaves_no_monitor_behind(tmp_path):
     failing.remove()
     model(input_ids=batch[:2])  # a plain forward after the failed run
     assert sum(r.count for r in watched.rows()) == counted
+
+
+# --- 5. after the first watched step, only the sites found --------------------------------------
+
+
+def _counts(monitor):
+    return sorted((r.module, r.site, r.fn, r.dtype, r.path, r.cap, r.calls, r.recomputed, r.count, r.saturated, r.dead,
+                   r.backward_count, r.zero_grad, r.max_abs_input) for r in monitor.rows())
+
+
+@pytest.mark.parametrize("checkpointing", [None, True, False])
+def test_sites_only_counts_equal_the_mode_over_every_op(checkpointing):
+    pytest.importorskip("transformers")
+    from monitoring import _step, confident, ids, tiny
+
+    model = confident(tiny("gemma2")).train()
+    if checkpointing is not None:
+        model.activation_checkpointing_enable({"use_reentrant": checkpointing})
+    batch = ids()
+    with DeadZoneMonitor(learn=False) as every_op:
+        _step(model, batch)
+    monitor = DeadZoneMonitor()
+    with monitor.step():
+        _step(model, batch)
+    assert monitor.sites_only
+    learnt = DeadZoneMonitor(learnt_from=monitor)
+    with learnt:
+        _step(model, batch)
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        assert _get_current_dispatch_mode_stack() == []  # between the sites: no mode at all
+    assert _counts(learnt) == _counts(every_op)
+    assert sum(r.zero_grad for r in learnt.rows()) > 0 and sum(r.saturated for r in learnt.rows()) > 0
+    with monitor.step():  # the same monitor's second step: sites only, the sums of two equal steps
+        _step(model, batch)
+    twice = {r.module: (r.count, r.saturated, r.zero_grad) for r in monitor.rows()}
+    assert twice == {r.module: (2 * r.count, 2 * r.saturated, 2 * r.zero_grad) for r in every_op.rows()}
+
+
+class _Capped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64, dtype=torch.bfloat16)
+
+    def forward(self, a):
+        return 30.0 * torch.tanh(self.proj(a) * 40.0 / 30.0)
+
+
+def test_sites_only_in_compiled_code_keeps_the_mode_and_its_counts():
+    """A compiled model's caps run in its graph: the monitor keeps the mode over every op, counts unchanged."""
+    torch.manual_seed(0)
+    model = _Capped()
+    DeadZoneMonitor()  # the counting pass, before the compile
+    compiled = torch.compile(model, dynamic=False)
+    a = _values(8 * 64).reshape(8, 64) / 100
+    steps = []
+    monitor = DeadZoneMonitor()
+    for _ in range(2):
+        with DeadZoneMonitor(learn=False) as every_op:
+            compiled(a).sum().backward()
+        with monitor.step():
+            compiled(a).sum().backward()
+        steps.append(_counts(every_op))
+    assert not monitor.sites_only and steps[0] == steps[1] and steps[0][0][4] == "torch-compile-cpu"
+    (row,) = monitor.rows()
+    assert (row.calls, row.count, row.dead) == (2, 2 * steps[0][0][8], 2 * steps[0][0][10])
+
+
+def test_sites_only_counts_a_cap_outside_modules_with_every_op():
+    x = torch.linspace(-40, 40, 81, requires_grad=True)
+    monitor = DeadZoneMonitor()
+    for _ in range(2):
+        with monitor.step():
+            torch.sigmoid(x).sum().backward()
+    assert not monitor.sites_only
+    (row,) = monitor.rows()
+    assert (row.calls, row.count, row.backward_count) == (2, 162, 162)

@@ -1,7 +1,8 @@
 """``DeadZoneCallback``: the dead-zone monitor in a transformers ``Trainer``, logged like the loss.
 
 Every ``every`` optimizer steps (the first, then each N-th) the callback watches one step (all of its
-micro-batches) with ``softcapgrad.DeadZoneMonitor`` and asks the Trainer to log right after it. The
+micro-batches) with ``softcapgrad.DeadZoneMonitor`` (from the second watched step on, only in the
+modules where the first one found caps) and asks the Trainer to log right after it. The
 figures go into the Trainer's own log (``state.log_history`` and whatever ``report_to`` reports to:
 TensorBoard, W&B, ...): one per cap site, ``dead_zone/<module>/<fn>`` (``<module>:<line>`` when a
 module has several sites), the fraction of the site's elements past its path's first zero-gradient
@@ -125,7 +126,7 @@ class DeadZoneCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step % self.every == 0 and self.monitor is None:
-            self.monitor = DeadZoneMonitor(**self.options)
+            self.monitor = DeadZoneMonitor(**self.options, learnt_from=self.last)  # the sites the last one found
             if self._trainer is None:
                 self._entered = True
                 self.monitor.__enter__()

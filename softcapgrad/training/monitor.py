@@ -39,6 +39,7 @@ import contextlib
 import io
 import sys
 import threading
+import weakref
 from dataclasses import asdict, astuple
 
 import torch
@@ -50,7 +51,8 @@ from softcapgrad.training import ingraph
 from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
 )
-from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _merge, _Tally
+from softcapgrad.training.sited import SiteWatch
+from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _merge, _stuck, _Tally, _zero_grads
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -110,12 +112,18 @@ class DeadZoneMonitor(TorchDispatchMode):
     graph inductor compiles from now on count its caps (softcapgrad.training.ingraph). ``every=N``:
     ``with monitor.step():`` watches one step in N. Nothing in the monitored code changes: forward and
     backward values are bit-identical with and without it.
+
+    ``learn=True``: after a watched step whose caps all ran eagerly inside modules, the next watched
+    steps watch only those modules' own code (softcapgrad.training.sited), with the same counts at a
+    fraction of the cost; ``learnt_from=monitor`` starts with another monitor's sites. Entering a
+    monitor that is already active (``with m:`` around ``with m.step():``) does nothing: it counts once.
     """
 
     supports_higher_order_operators = True  # flex_attention and friends pass through, counted as hidden
 
     def __init__(self, keep_inputs: bool = False, first_zero: FirstZeroLookup = no_lookup,
-                 models: dict[str, torch.nn.Module] | None = None, compiled: bool = True, every: int = 1) -> None:
+                 models: dict[str, torch.nn.Module] | None = None, compiled: bool = True, every: int = 1,
+                 learn: bool = True, learnt_from: "DeadZoneMonitor | None" = None) -> None:
         super().__init__()
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"every must be a whole number ≥ 1, got {every!r}")
@@ -132,6 +140,11 @@ class DeadZoneMonitor(TorchDispatchMode):
         self._zones: dict[tuple, float | None] = {}
         self._reduced = False
         self._depth = 0  # with-blocks of this monitor open now: only the outermost one watches
+        self.learn = learn
+        self._learnt = learnt_from._learnt if learnt_from is not None and learn else None  # weakrefs to site modules
+        self._seen: dict[int, weakref.ref] | None = None  # this block's eager site modules (None: one ran outside)
+        self._ops = 0  # ops this block dispatched (a block that ran nothing teaches nothing)
+        self._sited: SiteWatch | None = None
         if compiled:
             ingraph.install()
 
@@ -145,16 +158,26 @@ class DeadZoneMonitor(TorchDispatchMode):
             return self
         self.watched += 1
         self._compiled.__enter__()
+        self._regions_before, self._ops, self._seen = self._compiled.entered, 0, {}
+        modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
+        if self._learnt is not None and len(modules) == len(self._learnt):
+            self._sited = SiteWatch(self, modules, self._backward_counted)
+            return self
         return super().__enter__()
 
     def __exit__(self, *exc):
         self._depth -= 1
         if self._depth:
             return None
+        sited, self._sited = self._sited, None
         try:
-            return super().__exit__(*exc)
+            if sited is not None:
+                sited.close()
+            else:
+                return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
+            self._learn(sited is not None)
             self._by_output.clear()  # storages are reused: a later watched step must not pair with these
             self._scaled = None
 
@@ -169,7 +192,19 @@ class DeadZoneMonitor(TorchDispatchMode):
         with self:
             yield True
 
+    def _learn(self, sited: bool) -> None:
+        """After a block: watch only its site modules from the next one on, or every op again."""
+        compiled = self._compiled.entered > self._regions_before or not self._compiled.supported
+        if sited:
+            if compiled:  # the model runs compiled now: its in-graph counters need the mode over every op
+                self._learnt = None
+        elif self.learn and self._seen is not None and self._ops and not compiled and not self.higher_order \
+                and not any(site.compiled or site.model < 0 for site in self._tallies):
+            self._learnt = list(self._seen.values())
+        self._seen = None
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._ops += 1
         role = _ROLE.get(id(func))
         if role is not None and role[0] == "in place":  # read the input before the op overwrites it
             x = args[0]
@@ -212,7 +247,15 @@ class DeadZoneMonitor(TorchDispatchMode):
         model, module = self._owners.owner(inner, outer)
         site = Site(model, module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type, cap)
         tally = self._tallies.setdefault(site, _Tally())
-        self._by_output[y.data_ptr()] = site
+        if self._sited is not None:
+            self._sited.backward_of(y, site)
+        else:
+            self._by_output[y.data_ptr()] = site
+        if self._seen is not None:
+            if inner is None:
+                self._seen = None  # a cap outside any module: only the mode over every op sees it
+            else:
+                self._seen.setdefault(id(inner), weakref.ref(inner))
         if recomputing():
             tally.recomputed += 1
             return
@@ -220,8 +263,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         tally.count += y.numel()
         if y.numel() == 0:
             return
-        stuck = (y.abs() == 1) if fn == "tanh" else (y == 0) | (y == 1)
-        tally.saturated = _add(tally.saturated, torch.count_nonzero(stuck))  # a bool .sum() costs 4× more
+        tally.saturated = _add(tally.saturated, _stuck(fn, y))
         tally.max_abs = _largest(tally.max_abs, x)
         if self.keep_inputs:
             tally.inputs.append(x.detach().float().cpu().reshape(-1))
@@ -231,10 +273,13 @@ class DeadZoneMonitor(TorchDispatchMode):
         if site is None:  # its forward ran outside the monitor
             site = Site(-1, "(forward not seen)", "(forward not seen)", fn, str(output.dtype).removeprefix("torch."),
                         output.device.type, None)
+        self._backward_counted(site, grad_output, grad_input)
+
+    def _backward_counted(self, site: Site, grad_output: torch.Tensor, grad_input: torch.Tensor) -> None:
         tally = self._tallies.setdefault(site, _Tally())
         tally.backward_calls += 1
         tally.backward_count += grad_input.numel()
-        tally.zero_grad = _add(tally.zero_grad, torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
+        tally.zero_grad = _add(tally.zero_grad, _zero_grads(grad_output, grad_input))
 
     def _first_zero(self, path: str, dtype: str, cap: float | None, fn: str) -> FirstZero:
         key = (path, dtype, cap, fn)
@@ -303,6 +348,11 @@ class DeadZoneMonitor(TorchDispatchMode):
         self._reduced = True
 
     # -- results
+
+    @property
+    def sites_only(self) -> bool:
+        """Whether the next watched step watches only the modules where an earlier one found every cap."""
+        return self._learnt is not None
 
     @property
     def compiled_regions(self) -> int:
