@@ -40,19 +40,19 @@ import io
 import sys
 import threading
 import weakref
-from dataclasses import asdict, astuple
+from dataclasses import asdict
 
 import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, Table, render_table
-from softcapgrad.training import ingraph
+from softcapgrad.training import ingraph, ranks
 from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
 )
 from softcapgrad.training.sited import SiteWatch
-from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _merge, _stuck, _Tally, _zero_grads
+from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _stuck, _Tally, _zero_grads
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -67,35 +67,6 @@ _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("bac
     | {id(op): ("in place", FORWARD[op]) for op in IN_PLACE}
 LOW = (torch.bfloat16, torch.float16)
 # wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
-
-
-_CALLS: dict[tuple, int] = {}  # process group's ranks -> all_reduce() calls made here, a generation for its keys
-
-
-def _all_ranks_here(group, timeout: float) -> None:
-    """Wait, through the process group's store, until every rank of ``group`` has called all_reduce() as many
-    times as this one; name the ranks missing after ``timeout`` seconds."""
-    import datetime
-
-    import torch.distributed as dist
-    from torch.distributed.distributed_c10d import _get_default_group, _get_process_group_store
-
-    store = _get_process_group_store(group or _get_default_group())
-    ranks = dist.get_process_group_ranks(group or _get_default_group())
-    generation = _CALLS[tuple(ranks)] = _CALLS.get(tuple(ranks), 0) + 1
-    keys = [f"softcapgrad/all_reduce/{generation}/{r}" for r in range(len(ranks))]
-    store.set(keys[dist.get_rank(group)], "here")
-    try:
-        store.wait(keys, datetime.timedelta(seconds=timeout))
-    except Exception as err:  # the store's timeout error
-        try:
-            missing = [ranks[r] for r, key in enumerate(keys) if not store.check([key])]
-        except Exception:  # the store itself is gone (the rank that held it left)
-            missing = []
-        raise RuntimeError(
-            f"all_reduce(): rank{'s' if len(missing) != 1 else ''} {', '.join(map(str, missing)) or '?'} did not call "
-            f"it within {timeout:g} s (call number {generation} on rank {dist.get_rank()}): every rank of the "
-            "group must call it, once per monitor, at the same point") from err
 
 
 # --- the monitor -------------------------------------------------------------------------------
@@ -177,7 +148,7 @@ class DeadZoneMonitor(TorchDispatchMode):
                 return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
-            self._learn(sited is not None)
+            self._learn(sited is not None, raised=exc[0] is not None)
             self._by_output.clear()  # storages are reused: a later watched step must not pair with these
             self._scaled = None
 
@@ -192,13 +163,14 @@ class DeadZoneMonitor(TorchDispatchMode):
         with self:
             yield True
 
-    def _learn(self, sited: bool) -> None:
-        """After a block: watch only its site modules from the next one on, or every op again."""
+    def _learn(self, sited: bool, raised: bool) -> None:
+        """After a block: watch only its site modules from the next one on, or every op again (a block that
+        raised may have stopped before some of its caps: it teaches nothing)."""
         compiled = self._compiled.entered > self._regions_before or not self._compiled.supported
         if sited:
             if compiled:  # the model runs compiled now: its in-graph counters need the mode over every op
                 self._learnt = None
-        elif self.learn and self._seen is not None and self._ops and not compiled and not self.higher_order \
+        elif self.learn and not raised and self._seen is not None and self._ops and not compiled and not self.higher_order \
                 and not any(site.compiled or site.model < 0 for site in self._tallies):
             self._learnt = list(self._seen.values())
         self._seen = None
@@ -322,28 +294,11 @@ class DeadZoneMonitor(TorchDispatchMode):
         The ranks first check through the group's store that all of them called it: a rank still missing
         after ``timeout`` seconds is named in one line (a RuntimeError), instead of a hang until the process
         group's own timeout."""
-        import torch.distributed as dist
-
         if self._reduced:
             raise RuntimeError("all_reduce() was already called: these counts are the sum over the ranks")
-        _all_ranks_here(group, timeout)
-        local: dict[tuple, list] = {}
-        for site, t in self._tallies.items():
-            qualifier = self._owners.qualifier(site.model)
-            key = (f"{qualifier}/{site.module}" if qualifier else site.module, *astuple(site)[2:])
-            local[key] = _merge(local[key], t.totals()) if key in local else t.totals()
-        gathered: list = [None] * dist.get_world_size(group)
-        dist.all_gather_object(gathered, local, group=group)
-        merged: dict[tuple, list] = {}
-        for part in gathered:
-            for key, totals in part.items():
-                merged[key] = _merge(merged[key], totals) if key in merged else totals
-        self._tallies = {}
-        for key, totals in sorted(merged.items(), key=lambda kv: repr(kv[0])):
-            tally = _Tally()
-            for name, value in zip(_Tally.__slots__, totals):
-                setattr(tally, name, value)
-            self._tallies[Site(-1, *key)] = tally
+        self._tallies = {Site(-1, *key): tally for key, tally in ranks.sum_over_ranks(
+            {site: (self._owners.qualifier(site.model), t.totals()) for site, t in self._tallies.items()},
+            group, timeout).items()}
         self._by_output = {}
         self._reduced = True
 
