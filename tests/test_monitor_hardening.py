@@ -242,8 +242,8 @@ class _Capped(torch.nn.Module):
         return 30.0 * torch.tanh(self.proj(a) * 40.0 / 30.0)
 
 
-def test_sites_only_in_compiled_code_keeps_the_mode_and_its_counts():
-    """A compiled model's caps run in its graph: the monitor keeps the mode over every op, counts unchanged."""
+def test_sites_only_in_compiled_code_needs_no_mode_and_keeps_its_counts():
+    """A compiled model's caps run in its graph, and their counters call the monitor: no mode, the same counts."""
     torch.manual_seed(0)
     model = _Capped()
     DeadZoneMonitor()  # the counting pass, before the compile
@@ -256,8 +256,12 @@ def test_sites_only_in_compiled_code_keeps_the_mode_and_its_counts():
             compiled(a).sum().backward()
         with monitor.step():
             compiled(a).sum().backward()
+            if monitor.sites_only:
+                from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+                assert _get_current_dispatch_mode_stack() == []
         steps.append(_counts(every_op))
-    assert not monitor.sites_only and steps[0] == steps[1] and steps[0][0][4] == "torch-compile-cpu"
+    assert monitor.sites_only and steps[0] == steps[1] and steps[0][0][4] == "torch-compile-cpu"
     (row,) = monitor.rows()
     assert (row.calls, row.count, row.dead) == (2, 2 * steps[0][0][8], 2 * steps[0][0][10])
 

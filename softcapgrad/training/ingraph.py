@@ -10,8 +10,9 @@ of the custom op ``softcapgrad::cap_input(a, fn, module, site, cap)`` in front o
 sigmoid) of the graph: the module path inside the compiled region and the source line come from
 the trace's metadata, c from a division (or product) by a constant. The op does nothing and returns
 nothing; it is declared side-effecting so that no pass removes it, and it only reads ``a``, so the
-forward and backward kernels compute the same bits. A dispatch mode (the monitor) sees each call
-with the real ``a`` and counts; outside a monitor a call costs one dispatch of an empty op. No
+forward and backward kernels compute the same bits. Its kernel hands the real ``a`` to each monitor
+active at the time (``WATCHERS``), with or without a dispatch mode on the stack; outside a monitor a
+call costs one dispatch of an op that does nothing. No
 compiled sigmoid stack has a measured first zero: a compiled sigmoid is counted, not judged.
 """
 
@@ -24,14 +25,19 @@ import torch
 VERSION = "3"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
 
 
+WATCHERS: list = []  # the active monitors' counters: each is called with cap_input's arguments
+
+
 @torch.library.custom_op("softcapgrad::cap_input", mutates_args=())
 def cap_input(a: torch.Tensor, fn: str, module: str, site: str, cap: float) -> None:
-    """Nothing: a dispatch mode sees the call, with the cap's input, inside compiled code.
+    """Nothing but hand the cap's input, inside compiled code, to the monitors active now (none: nothing).
 
     ``module``: the module path inside the compiled region ("" for the region's own code); ``site``:
     file:line of the tanh as traced; ``cap``: the c of a / c (0: no constant division before it).
     The call carries its site itself, so a graph loaded from inductor's cache needs nothing else.
     """
+    for count in tuple(WATCHERS):
+        count(a, fn, module, site, cap)
 
 
 @cap_input.register_fake

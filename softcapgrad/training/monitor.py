@@ -22,7 +22,8 @@ with the backward that reads it, in the module that first ran it, and not counte
 ``torch.compile``d module. Compiled regions run compiled under the monitor (the mode declares
 ``ignore_compile_internals``); their tanh runs inside generated kernels, whose backward recomputes it
 from the cap's input, so a compiled site is counted on that input against the compiled path's own
-first zero, through a do-nothing op that inductor's graph carries (softcapgrad.training.ingraph).
+first zero, through an op that inductor's graph carries and whose kernel hands that input to the
+monitors active at the time (softcapgrad.training.ingraph).
 A region compiled without it (before any monitor existed, or by another backend) and kernels such as
 flex_attention's are named in one line (``hidden``), not shown as zero.
 
@@ -63,7 +64,7 @@ SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True,  # op -> the number mult
 IN_PLACE = {aten.tanh_.default, aten.sigmoid_.default}  # these overwrite the input the monitor reads
 # one lookup per op, by identity (op overloads are singletons; their __hash__ runs Python code)
 _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("backward", fn) for op, fn in BACKWARD.items()} \
-    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} | {id(ingraph.OP): ("compiled", None)} \
+    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} \
     | {id(op): ("in place", FORWARD[op]) for op in IN_PLACE}
 LOW = (torch.bfloat16, torch.float16)
 # wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
@@ -121,7 +122,7 @@ class DeadZoneMonitor(TorchDispatchMode):
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return True  # let torch.compile run compiled code; its in-graph counters come back through dispatch
+        return True  # let torch.compile run compiled code; its in-graph counters call the monitor
 
     def __enter__(self):
         self._depth += 1
@@ -129,6 +130,7 @@ class DeadZoneMonitor(TorchDispatchMode):
             return self
         self.watched += 1
         self._compiled.__enter__()
+        ingraph.WATCHERS.append(self._compiled_input)  # compiled caps' counters call it, mode or no mode
         self._regions_before, self._ops, self._seen = self._compiled.entered, 0, {}
         modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
         if self._learnt is not None and len(modules) == len(self._learnt):
@@ -148,6 +150,7 @@ class DeadZoneMonitor(TorchDispatchMode):
                 return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
+            ingraph.WATCHERS.remove(self._compiled_input)
             self._learn(sited is not None, raised=exc[0] is not None)
             self._by_output.clear()  # storages are reused: a later watched step must not pair with these
             self._scaled = None
@@ -166,13 +169,15 @@ class DeadZoneMonitor(TorchDispatchMode):
     def _learn(self, sited: bool, raised: bool) -> None:
         """After a block: watch only its site modules from the next one on, or every op again (a block that
         raised may have stopped before some of its caps: it teaches nothing)."""
-        compiled = self._compiled.entered > self._regions_before or not self._compiled.supported
+        regions = self._compiled.entered > self._regions_before
         if sited:
-            if compiled:  # the model runs compiled now: its in-graph counters need the mode over every op
+            if regions and self._learnt:  # modules hooked, and compiled code ran: hooks must not sit in traced code
                 self._learnt = None
-        elif self.learn and not raised and self._seen is not None and self._ops and not compiled and not self.higher_order \
-                and not any(site.compiled or site.model < 0 for site in self._tallies):
-            self._learnt = list(self._seen.values())
+        elif self.learn and not raised and self._seen is not None and self._ops and self._compiled.supported \
+                and not self.higher_order and not any(s.model < 0 and not s.compiled for s in self._tallies):
+            # compiled caps count themselves (their counters call the monitor): learnt when every cap was one
+            if not regions or (not self._seen and any(s.compiled for s in self._tallies)):
+                self._learnt = list(self._seen.values())
         self._seen = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -194,8 +199,6 @@ class DeadZoneMonitor(TorchDispatchMode):
             self._forward(role[1], args[0], out, (args[0].data_ptr(), tuple(args[0].shape)))
         elif role[0] == "backward":
             self._backward(role[1], args[0], args[1], out)
-        else:
-            self._compiled_input(*args)
         return out
 
     # -- recording

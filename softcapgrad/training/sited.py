@@ -9,9 +9,11 @@ network it calls). The backward is then watched without any mode: the tanh's aut
 hook that sees the same two tensors ``tanh_backward`` gets (the upstream gradient and the result),
 so the counts are those of the mode over every op.
 
+Caps inside compiled code need no mode at all: their in-graph counters call the active monitors.
 What the first step cannot show is not seen later: a cap that first runs in another module after
-it, outside any module, or in compiled code. The monitor therefore learns only from a step whose
-every cap ran eagerly inside a module, and goes back to every op when a compiled region runs.
+it, or outside any module. The monitor therefore learns only from a step whose every eager cap ran
+inside a module, and never hooks modules when compiled code runs beside eager caps (dynamo would
+trace the hooks): there it keeps the mode over every op.
 """
 
 from __future__ import annotations
