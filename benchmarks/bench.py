@@ -1,7 +1,8 @@
 """Speed figures (not tests), each a ratio against a baseline measured in the same run.
 
 `make bench` runs every section; `python benchmarks/bench.py startup scan` runs the named ones, and
-BENCH_SCAN_MIB=128,512 picks the scan's file sizes (default 128, 512 and 1024 MiB). A candidate and
+BENCH_SCAN_MIB=128,512 picks the scan's file sizes (default 128, 512 and 1024 MiB), BENCH_MONITOR_SIZES=tiny
+the monitor's models (default tiny,larger). A candidate and
 its baseline run interleaved (A, B, A, B, ...) and each figure is the median of its runs, so load
 from other processes on a shared machine falls on both alike. Every line gives the candidate's
 figure, the baseline's, their ratio, the target and whether this run met it.
@@ -616,7 +617,8 @@ def monitor_sampled() -> list[Figure]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     out, n = [], 100
-    for size, batch, seq in (("tiny", 8, 128), ("larger", 4, 256)):
+    sizes = os.environ.get("BENCH_MONITOR_SIZES", "tiny,larger").split(",")
+    for size, batch, seq in [s for s in (("tiny", 8, 128), ("larger", 4, 256)) if s[0] in sizes]:
         for compiled in (False, True):
             torch.compiler.reset()
             _, plain = _gemma2(size, compiled, batch, seq, counter=False)  # counter-free: no monitor, no pass

@@ -19,13 +19,16 @@ compiled sigmoid stack has a measured first zero: a compiled sigmoid is counted,
 from __future__ import annotations
 
 import operator
+import threading
 
 import torch
 
 VERSION = "3"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
 
 
-WATCHERS: list = []  # the active monitors' counters: each is called with cap_input's arguments
+# the active monitors' counters, each with the thread that entered it (a dispatch mode is per thread too, and a
+# monitor's own first-zero lookup compiles and runs caps in a thread of its own, which must not call it again)
+WATCHERS: list[tuple[int, object]] = []
 
 
 @torch.library.custom_op("softcapgrad::cap_input", mutates_args=())
@@ -36,8 +39,10 @@ def cap_input(a: torch.Tensor, fn: str, module: str, site: str, cap: float) -> N
     file:line of the tanh as traced; ``cap``: the c of a / c (0: no constant division before it).
     The call carries its site itself, so a graph loaded from inductor's cache needs nothing else.
     """
-    for count in tuple(WATCHERS):
-        count(a, fn, module, site, cap)
+    here = threading.get_ident()
+    for thread, count in tuple(WATCHERS):
+        if thread == here:
+            count(a, fn, module, site, cap)
 
 
 @cap_input.register_fake

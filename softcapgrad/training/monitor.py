@@ -130,7 +130,8 @@ class DeadZoneMonitor(TorchDispatchMode):
             return self
         self.watched += 1
         self._compiled.__enter__()
-        ingraph.WATCHERS.append(self._compiled_input)  # compiled caps' counters call it, mode or no mode
+        self._watcher = (threading.get_ident(), self._compiled_input)
+        ingraph.WATCHERS.append(self._watcher)  # compiled caps' counters call it, mode or no mode
         self._regions_before, self._ops, self._seen = self._compiled.entered, 0, {}
         modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
         if self._learnt is not None and len(modules) == len(self._learnt):
@@ -150,7 +151,7 @@ class DeadZoneMonitor(TorchDispatchMode):
                 return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
-            ingraph.WATCHERS.remove(self._compiled_input)
+            ingraph.WATCHERS.remove(self._watcher)
             self._learn(sited is not None, raised=exc[0] is not None)
             self._by_output.clear()  # storages are reused: a later watched step must not pair with these
             self._scaled = None
