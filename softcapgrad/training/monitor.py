@@ -53,7 +53,7 @@ from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
 )
 from softcapgrad.training.sited import SiteWatch
-from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _stuck, _Tally, _zero_grads
+from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _past, _stuck, _Tally, _zero_grads
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -287,7 +287,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         tally.max_abs = _largest(tally.max_abs, a)
         edge = self._first_zero(path_name(device, compiled=True), dtype, site.cap, fn).value
         if edge is not None:
-            tally.dead = _add(tally.dead, torch.count_nonzero(a.detach().abs() >= edge))
+            tally.dead = _add(tally.dead, _past(a.detach(), edge))
 
     # -- many ranks
 

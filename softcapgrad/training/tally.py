@@ -73,6 +73,15 @@ def _stuck(fn: str, y: torch.Tensor):
     return y.numel() - _nonzero(1 - y.abs() if fn == "tanh" else y * (1 - y))
 
 
+def _past(a: torch.Tensor, edge: float):
+    """Elements with |a| ≥ edge (none to count on the CPU when the range of a stays inside (-edge, edge))."""
+    if a.device.type == "cpu":
+        low, high = torch.aminmax(a)
+        if high < edge and low > -edge:
+            return 0
+    return torch.count_nonzero(a.abs() >= edge)
+
+
 def _zero_grads(grad_output: torch.Tensor, grad_input: torch.Tensor):
     """Elements whose backward is exactly 0 while the upstream gradient is not.
 
