@@ -275,3 +275,21 @@ def test_sites_only_counts_a_cap_outside_modules_with_every_op():
     assert not monitor.sites_only
     (row,) = monitor.rows()
     assert (row.calls, row.count, row.backward_count) == (2, 162, 162)
+
+
+# --- a module outside the model's tree (the census's glm5_next) ---------------------------------
+
+
+class _FreshGate(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.nn.Sigmoid()(x)  # a new module per call, as transformers' ACT2FN["sigmoid"] gives
+
+
+def test_module_outside_the_model_tree_is_named_by_its_class():
+    x, gate = torch.linspace(-40, 40, 81), _FreshGate()
+    monitor = DeadZoneMonitor()
+    for _ in range(2):
+        with monitor.step():
+            gate(x)
+    (row,) = monitor.rows()
+    assert (row.module, row.fn, row.calls, row.count) == ("Sigmoid", "sigmoid", 2, 162)

@@ -104,13 +104,18 @@ class Owners:
         self.models: list[tuple[str, str | None]] = []  # (class name, given name)
 
     def _register(self, root: torch.nn.Module) -> None:
-        index = len(self.models)
-        self.models.append((class_name(root), self._given.get(id(root))))
+        """Learn the modules under ``root``: a new model, or (root already known) the modules added to it since."""
+        known = self._of.get(id(root))
+        if known is not None and known[0]() is root:
+            index, prefix = known[1], known[2]
+        else:
+            index, prefix = len(self.models), ""
+            self.models.append((class_name(root), self._given.get(id(root))))
         for name, m in root.named_modules(remove_duplicate=False):
             known = self._of.get(id(m))
             if known is None or known[0]() is not m:
-                name = ".".join(part for part in name.split(".") if part != "_orig_mod")  # a compiled submodule
-                self._of[id(m)] = (weakref.ref(m), index, name)
+                name = ".".join(part for part in (prefix, *name.split(".")) if part and part != "_orig_mod")
+                self._of[id(m)] = (weakref.ref(m), index, name)  # (_orig_mod: a compiled submodule)
 
     def owner(self, inner: torch.nn.Module | None, outer: torch.nn.Module | None, below: str = "") -> tuple[int, str]:
         """(model index, name under the model) of ``inner`` (of its submodule ``below``, a dotted path inside a
@@ -120,7 +125,9 @@ class Owners:
         known = self._of.get(id(inner))
         if known is None or known[0]() is not inner:
             self._register(outer)
-            known = self._of[id(inner)]
+            known = self._of.get(id(inner))
+        if known is None or known[0]() is not inner:  # a module outside the model's tree (a fresh nn.Sigmoid()(x),
+            return self._of[id(outer)][1], class_name(inner)  # as transformers' ACT2FN["sigmoid"] builds): its class
         return known[1], ".".join(p for p in (known[2], below) if p) or class_name(inner)
 
     def qualifier(self, index: int) -> str:
