@@ -1,12 +1,17 @@
 """``DeadZoneCallback``: the dead-zone monitor in a transformers ``Trainer``, logged like the loss.
 
 Every ``every`` optimizer steps (the first, then each N-th) the callback watches one step (all of its
-micro-batches) with ``softcapgrad.DeadZoneMonitor`` and asks the Trainer to log right after it. The
+micro-batches) with ``softcapgrad.DeadZoneMonitor`` (from the second watched step on, only in the
+modules where the first one found caps) and asks the Trainer to log right after it. The
 figures go into the Trainer's own log (``state.log_history`` and whatever ``report_to`` reports to:
 TensorBoard, W&B, ...): one per cap site, ``dead_zone/<module>/<fn>`` (``<module>:<line>`` when a
 module has several sites), the fraction of the site's elements past its path's first zero-gradient
 input, and ``dead_zone/total`` over all sites. Under torch.distributed the counts are summed over
 the ranks first (``monitor.all_reduce()``, a collective every rank reaches at the same step).
+
+The monitor is active only inside the Trainer's ``training_step`` of a watched step (the callback wraps
+that method of the Trainer it runs in, from train begin to train end), in a with-block: a step that
+raises leaves no monitor behind, and a forward run outside the training step is never counted.
 
 The values are added to the Trainer's log in this callback's ``on_log``, which it puts first among
 the Trainer's callbacks at train begin (the reporting integrations come before user callbacks
@@ -17,6 +22,7 @@ elements past the eager path's first zero, which the patch's gradient no longer 
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from transformers import TrainerCallback
@@ -58,20 +64,46 @@ class DeadZoneCallback(TrainerCallback):
         self.pending: dict[str, float] = {}
         self._patched = None
         self.last: DeadZoneMonitor | None = None  # the last watched step's monitor, for its table
+        self._trainer = None  # the Trainer whose training_step this callback wraps (None: enter at step begin)
+        self._entered = False  # the fallback without a Trainer: the monitor entered at step begin
 
     # -- order: first among the Trainer's callbacks, so that the integrations log what this one adds
 
-    def _first(self) -> None:
+    def _first(self):
+        """Put this callback first in the handler running it; the Trainer that runs the handler, if found."""
         frame = sys._getframe(1)
         while frame is not None:
             handler = frame.f_locals.get("self")
             if isinstance(handler, CallbackHandler) and self in handler.callbacks:
                 handler.callbacks = [self] + [c for c in handler.callbacks if c is not self]  # a new list: the
-                return  # loop running this event goes on over the old one
+                break  # loop running this event goes on over the old one
             frame = frame.f_back
+        while frame is not None:
+            trainer = frame.f_locals.get("self")
+            if getattr(trainer, "callback_handler", None) is handler and callable(getattr(trainer, "training_step", 0)):
+                return trainer
+            frame = frame.f_back
+        return None
+
+    def _watched_step(self, training_step):
+        while getattr(training_step, "watched_by", None) is self:  # left by a run that raised
+            training_step = training_step.__wrapped__
+
+        @functools.wraps(training_step)
+        def step(*args, **kwargs):
+            if self.monitor is None:
+                return training_step(*args, **kwargs)
+            with self.monitor:  # exits on every path, a raising step included
+                return training_step(*args, **kwargs)
+
+        step.watched_by = self
+        return step
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self._first()
+        self.monitor, self.pending = None, {}  # nothing armed by a run that raised
+        self._trainer = self._first()
+        if self._trainer is not None:
+            self._trainer.training_step = self._watched_step(self._trainer.training_step)
         if self.patch and model is not None:
             from softcapgrad.training.fp32grad import patch
 
@@ -79,6 +111,13 @@ class DeadZoneCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self._stop()
+        if self._trainer is not None:
+            wrapped = self._trainer.training_step.__wrapped__
+            if getattr(wrapped, "__self__", None) is self._trainer and wrapped.__func__ is type(self._trainer).training_step:
+                del self._trainer.training_step  # the class's own method again
+            else:
+                self._trainer.training_step = wrapped
+            self._trainer = None
         if self._patched is not None:
             self._patched.remove()
             self._patched = None
@@ -87,8 +126,10 @@ class DeadZoneCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step % self.every == 0 and self.monitor is None:
-            self.monitor = DeadZoneMonitor(**self.options)
-            self.monitor.__enter__()
+            self.monitor = DeadZoneMonitor(**self.options, learnt_from=self.last)  # the sites the last one found
+            if self._trainer is None:
+                self._entered = True
+                self.monitor.__enter__()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._stop():
@@ -98,7 +139,9 @@ class DeadZoneCallback(TrainerCallback):
         monitor, self.monitor = self.monitor, None
         if monitor is None:
             return False
-        monitor.__exit__(None, None, None)
+        if self._entered:
+            self._entered = False
+            monitor.__exit__(None, None, None)
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():

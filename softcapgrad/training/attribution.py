@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# the monitor's own frames (another monitor's dispatch, the in-graph counter's) are never a call site
+_OWN = {os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py") for name in ("monitor", "attribution")}
 _CALL = torch.nn.Module._call_impl.__code__
 WRAPPERS = ("OptimizedModule", "DistributedDataParallel")
 
@@ -67,7 +69,7 @@ def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, st
             if type(module).__name__ not in WRAPPERS:
                 inner = inner or module
                 outer = module
-        elif site is None and not code.co_filename.startswith(_TORCH_DIR):
+        elif site is None and not code.co_filename.startswith(_TORCH_DIR) and code.co_filename not in _OWN:
             site = f"{short_file(code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return inner, outer, site or "(torch)"
@@ -102,13 +104,18 @@ class Owners:
         self.models: list[tuple[str, str | None]] = []  # (class name, given name)
 
     def _register(self, root: torch.nn.Module) -> None:
-        index = len(self.models)
-        self.models.append((class_name(root), self._given.get(id(root))))
+        """Learn the modules under ``root``: a new model, or (root already known) the modules added to it since."""
+        known = self._of.get(id(root))
+        if known is not None and known[0]() is root:
+            index, prefix = known[1], known[2]
+        else:
+            index, prefix = len(self.models), ""
+            self.models.append((class_name(root), self._given.get(id(root))))
         for name, m in root.named_modules(remove_duplicate=False):
             known = self._of.get(id(m))
             if known is None or known[0]() is not m:
-                name = ".".join(part for part in name.split(".") if part != "_orig_mod")  # a compiled submodule
-                self._of[id(m)] = (weakref.ref(m), index, name)
+                name = ".".join(part for part in (prefix, *name.split(".")) if part and part != "_orig_mod")
+                self._of[id(m)] = (weakref.ref(m), index, name)  # (_orig_mod: a compiled submodule)
 
     def owner(self, inner: torch.nn.Module | None, outer: torch.nn.Module | None, below: str = "") -> tuple[int, str]:
         """(model index, name under the model) of ``inner`` (of its submodule ``below``, a dotted path inside a
@@ -118,7 +125,9 @@ class Owners:
         known = self._of.get(id(inner))
         if known is None or known[0]() is not inner:
             self._register(outer)
-            known = self._of[id(inner)]
+            known = self._of.get(id(inner))
+        if known is None or known[0]() is not inner:  # a module outside the model's tree (a fresh nn.Sigmoid()(x),
+            return self._of[id(outer)][1], class_name(inner)  # as transformers' ACT2FN["sigmoid"] builds): its class
         return known[1], ".".join(p for p in (known[2], below) if p) or class_name(inner)
 
     def qualifier(self, index: int) -> str:
@@ -136,21 +145,32 @@ class Owners:
 
 
 class CompiledRegions:
-    """Counts compiled regions entered (dynamo cache hits and new compilations) while active."""
+    """Counts compiled regions entered (dynamo cache hits and new compilations) while active.
+
+    One process-wide guard hook and start callback serve every active counter: entering a counter twice,
+    or two monitors' counters at once in any order, never makes the hook call itself, and the hook that
+    was there before the first counter is put back when the last one leaves.
+    """
+
+    _active: list["CompiledRegions"] = []
+    _previous = None
 
     def __init__(self) -> None:
         self.entered = 0
         self.supported = True
-        self._previous = None
 
-    def _hit(self, cache_hit: bool) -> bool:
+    @classmethod
+    def _hit(cls, cache_hit: bool) -> bool:
         if cache_hit:
-            self.entered += 1
-        return self._previous(cache_hit) if self._previous is not None else cache_hit
+            for regions in cls._active:
+                regions.entered += 1
+        return cls._previous(cache_hit) if cls._previous is not None else cache_hit
 
-    def _compile(self, args) -> None:
+    @classmethod
+    def _compile(cls, args) -> None:
         if args.callback_trigger.name == "DYNAMO":
-            self.entered += 1
+            for regions in cls._active:
+                regions.entered += 1
 
     def __enter__(self):
         try:
@@ -159,15 +179,21 @@ class CompiledRegions:
         except ImportError:
             self.supported = False
             return self
-        self._previous = set_guard_complete_hook(self._hit)
-        callback_handler.register_start_callback(self._compile)
+        if not CompiledRegions._active:
+            CompiledRegions._previous = set_guard_complete_hook(CompiledRegions._hit)
+            callback_handler.register_start_callback(CompiledRegions._compile)
+        CompiledRegions._active.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        if not self.supported:
+        if not self.supported or self not in CompiledRegions._active:
+            return
+        CompiledRegions._active.remove(self)
+        if CompiledRegions._active:
             return
         from torch._C._dynamo.eval_frame import set_guard_complete_hook
         from torch._dynamo.callback import callback_handler
 
-        set_guard_complete_hook(self._previous)
-        callback_handler.remove_start_callback(self._compile)
+        set_guard_complete_hook(CompiledRegions._previous)
+        CompiledRegions._previous = None
+        callback_handler.remove_start_callback(CompiledRegions._compile)

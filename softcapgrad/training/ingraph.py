@@ -10,28 +10,39 @@ of the custom op ``softcapgrad::cap_input(a, fn, module, site, cap)`` in front o
 sigmoid) of the graph: the module path inside the compiled region and the source line come from
 the trace's metadata, c from a division (or product) by a constant. The op does nothing and returns
 nothing; it is declared side-effecting so that no pass removes it, and it only reads ``a``, so the
-forward and backward kernels compute the same bits. A dispatch mode (the monitor) sees each call
-with the real ``a`` and counts; outside a monitor a call costs one dispatch of an empty op. No
+forward and backward kernels compute the same bits. Its kernel hands the real ``a`` to each monitor
+active at the time (``WATCHERS``), with or without a dispatch mode on the stack; outside a monitor a
+call costs one dispatch of an op that does nothing. No
 compiled sigmoid stack has a measured first zero: a compiled sigmoid is counted, not judged.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 
 import torch
 
-VERSION = "2"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
+VERSION = "3"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
+
+
+# the active monitors' counters, each with the thread that entered it (a dispatch mode is per thread too, and a
+# monitor's own first-zero lookup compiles and runs caps in a thread of its own, which must not call it again)
+WATCHERS: list[tuple[int, object]] = []
 
 
 @torch.library.custom_op("softcapgrad::cap_input", mutates_args=())
 def cap_input(a: torch.Tensor, fn: str, module: str, site: str, cap: float) -> None:
-    """Nothing: a dispatch mode sees the call, with the cap's input, inside compiled code.
+    """Nothing but hand the cap's input, inside compiled code, to the monitors active now (none: nothing).
 
     ``module``: the module path inside the compiled region ("" for the region's own code); ``site``:
     file:line of the tanh as traced; ``cap``: the c of a / c (0: no constant division before it).
     The call carries its site itself, so a graph loaded from inductor's cache needs nothing else.
     """
+    here = threading.get_ident()
+    for thread, count in tuple(WATCHERS):
+        if thread == here:
+            count(a, fn, module, site, cap)
 
 
 @cap_input.register_fake
@@ -42,10 +53,13 @@ def _cap_input_fake(a: torch.Tensor, fn: str, module: str, site: str, cap: float
 OP = torch.ops.softcapgrad.cap_input.default
 torch.fx.node.has_side_effect(OP)
 
-_TANH = {torch.tanh, torch.nn.functional.tanh, torch.Tensor.tanh}
-_SIGMOID = {torch.sigmoid, torch.nn.functional.sigmoid, torch.Tensor.sigmoid}
+_TANH = {torch.tanh, torch.tanh_, torch.nn.functional.tanh, torch.Tensor.tanh, torch.Tensor.tanh_}
+_SIGMOID = {torch.sigmoid, torch.sigmoid_, torch.nn.functional.sigmoid, torch.Tensor.sigmoid, torch.Tensor.sigmoid_}
 _DIV = {operator.truediv, torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__}
 _MUL = {operator.mul, torch.mul, torch.Tensor.mul, torch.Tensor.__mul__}
+# in place: ``a.div_(c)`` overwrites a, so the counter must read a before that node
+_DIV_ = {operator.itruediv, torch.Tensor.div_, torch.Tensor.__itruediv__}
+_MUL_ = {operator.imul, torch.Tensor.mul_, torch.Tensor.__imul__}
 
 
 def _is(node: torch.fx.Node, functions: set, methods: tuple[str, ...]) -> bool:
@@ -54,19 +68,20 @@ def _is(node: torch.fx.Node, functions: set, methods: tuple[str, ...]) -> bool:
     return node.op == "call_method" and node.target in methods
 
 
-def _numerator(x: torch.fx.Node) -> tuple[torch.fx.Node, float | None]:
-    """(a, c) where x is a / c or a · (1/c) with a constant c; else (x, None)."""
-    if _is(x, _DIV, ("div", "__truediv__", "true_divide")) and len(x.args) == 2 and not x.kwargs:
-        a, c = x.args
-        if isinstance(a, torch.fx.Node) and isinstance(c, (int, float)) and c not in (0, 1):
-            return a, abs(float(c))
-    if _is(x, _MUL, ("mul", "__mul__")) and len(x.args) == 2 and not x.kwargs:
+def _numerator(x: torch.fx.Node) -> tuple[torch.fx.Node, float | None, torch.fx.Node | None]:
+    """(a, c, the division node when it overwrites a) where x is a / c or a · (1/c) with a constant c;
+    else (x, None, None)."""
+    for divides, functions, methods in ((True, _DIV, ("div", "__truediv__", "true_divide")),
+                                        (False, _MUL, ("mul", "__mul__"))):
+        overwrites = _is(x, _DIV_ if divides else _MUL_, ("div_", "__itruediv__") if divides else ("mul_", "__imul__"))
+        if not (overwrites or _is(x, functions, methods)) or len(x.args) != 2 or x.kwargs:
+            continue
         a, k = x.args
-        if isinstance(k, torch.fx.Node):
+        if not divides and isinstance(k, torch.fx.Node) and not overwrites:
             a, k = k, a
         if isinstance(a, torch.fx.Node) and isinstance(k, (int, float)) and k not in (0, 1):
-            return a, abs(1.0 / float(k))
-    return x, None
+            return a, abs(float(k) if divides else 1.0 / float(k)), x if overwrites else None
+    return x, None, None
 
 
 def _where(node: torch.fx.Node) -> tuple[str, str]:
@@ -94,15 +109,16 @@ def instrument(graph: torch.fx.Graph) -> int:
     """Put a ``cap_input`` call before each tanh and sigmoid of a pre-grad graph; the number put."""
     put = 0
     for node in list(graph.nodes):
-        fn = "tanh" if _is(node, _TANH, ("tanh",)) else "sigmoid" if _is(node, _SIGMOID, ("sigmoid",)) else None
+        fn = "tanh" if _is(node, _TANH, ("tanh", "tanh_")) else \
+            "sigmoid" if _is(node, _SIGMOID, ("sigmoid", "sigmoid_")) else None
         if fn is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
-        a, cap = _numerator(node.args[0]) if fn == "tanh" else (node.args[0], None)
+        a, cap, overwrite = _numerator(node.args[0]) if fn == "tanh" else (node.args[0], None, None)
         value = _value(a)
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             continue
         path, line = _where(node)
-        with graph.inserting_before(node):
+        with graph.inserting_before(overwrite or node):  # before an in-place division: a as it was
             graph.call_function(OP, (a, fn, path, line, cap or 0.0))
         put += 1
     return put

@@ -22,7 +22,8 @@ with the backward that reads it, in the module that first ran it, and not counte
 ``torch.compile``d module. Compiled regions run compiled under the monitor (the mode declares
 ``ignore_compile_internals``); their tanh runs inside generated kernels, whose backward recomputes it
 from the cap's input, so a compiled site is counted on that input against the compiled path's own
-first zero, through a do-nothing op that inductor's graph carries (softcapgrad.training.ingraph).
+first zero, through an op that inductor's graph carries and whose kernel hands that input to the
+monitors active at the time (softcapgrad.training.ingraph).
 A region compiled without it (before any monitor existed, or by another backend) and kernels such as
 flex_attention's are named in one line (``hidden``), not shown as zero.
 
@@ -39,27 +40,32 @@ import contextlib
 import io
 import sys
 import threading
-from dataclasses import asdict, astuple
+import weakref
+from dataclasses import asdict
 
 import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, Table, render_table
-from softcapgrad.training import ingraph
+from softcapgrad.training import ingraph, ranks
 from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
 )
-from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _merge, _Tally
+from softcapgrad.training.sited import SiteWatch
+from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _past, _stuck, _Tally, _zero_grads
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
            aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid"}
 BACKWARD = {aten.tanh_backward.default: "tanh", aten.sigmoid_backward.default: "sigmoid"}
-SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True}  # op -> the number multiplies (True) or divides
+SCALE = {aten.div.Tensor: False, aten.mul.Tensor: True,  # op -> the number multiplies (True) or divides
+         aten.div_.Tensor: False, aten.mul_.Tensor: True}
+IN_PLACE = {aten.tanh_.default, aten.sigmoid_.default}  # these overwrite the input the monitor reads
 # one lookup per op, by identity (op overloads are singletons; their __hash__ runs Python code)
 _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("backward", fn) for op, fn in BACKWARD.items()} \
-    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} | {id(ingraph.OP): ("compiled", None)}
+    | {id(op): ("scale", multiplies) for op, multiplies in SCALE.items()} \
+    | {id(op): ("in place", FORWARD[op]) for op in IN_PLACE}
 LOW = (torch.bfloat16, torch.float16)
 # wrappers whose one child is the model (torch.compile's _orig_mod, DDP's module): rows name the model's modules
 
@@ -78,12 +84,18 @@ class DeadZoneMonitor(TorchDispatchMode):
     graph inductor compiles from now on count its caps (softcapgrad.training.ingraph). ``every=N``:
     ``with monitor.step():`` watches one step in N. Nothing in the monitored code changes: forward and
     backward values are bit-identical with and without it.
+
+    ``learn=True``: after a watched step whose caps all ran eagerly inside modules, the next watched
+    steps watch only those modules' own code (softcapgrad.training.sited), with the same counts at a
+    fraction of the cost; ``learnt_from=monitor`` starts with another monitor's sites. Entering a
+    monitor that is already active (``with m:`` around ``with m.step():``) does nothing: it counts once.
     """
 
     supports_higher_order_operators = True  # flex_attention and friends pass through, counted as hidden
 
     def __init__(self, keep_inputs: bool = False, first_zero: FirstZeroLookup = no_lookup,
-                 models: dict[str, torch.nn.Module] | None = None, compiled: bool = True, every: int = 1) -> None:
+                 models: dict[str, torch.nn.Module] | None = None, compiled: bool = True, every: int = 1,
+                 learn: bool = True, learnt_from: "DeadZoneMonitor | None" = None) -> None:
         super().__init__()
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"every must be a whole number ≥ 1, got {every!r}")
@@ -99,23 +111,48 @@ class DeadZoneMonitor(TorchDispatchMode):
         self._compiled = CompiledRegions()
         self._zones: dict[tuple, float | None] = {}
         self._reduced = False
+        self._depth = 0  # with-blocks of this monitor open now: only the outermost one watches
+        self.learn = learn
+        self._learnt = learnt_from._learnt if learnt_from is not None and learn else None  # weakrefs to site modules
+        self._seen: dict[int, weakref.ref] | None = None  # this block's eager site modules (None: one ran outside)
+        self._ops = 0  # ops this block dispatched (a block that ran nothing teaches nothing)
+        self._sited: SiteWatch | None = None
         if compiled:
             ingraph.install()
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
-        return True  # let torch.compile run compiled code; its in-graph counters come back through dispatch
+        return True  # let torch.compile run compiled code; its in-graph counters call the monitor
 
     def __enter__(self):
+        self._depth += 1
+        if self._depth > 1:  # already active (``with m:`` around ``with m.step():``): the outer block counts, once
+            return self
         self.watched += 1
         self._compiled.__enter__()
+        self._watcher = (threading.get_ident(), self._compiled_input)
+        ingraph.WATCHERS.append(self._watcher)  # compiled caps' counters call it, mode or no mode
+        self._regions_before, self._ops, self._seen = self._compiled.entered, 0, {}
+        modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
+        if self._learnt is not None and len(modules) == len(self._learnt):
+            self._sited = SiteWatch(self, modules, self._backward_counted)
+            return self
         return super().__enter__()
 
     def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth:
+            return None
+        sited, self._sited = self._sited, None
         try:
-            return super().__exit__(*exc)
+            if sited is not None:
+                sited.close()
+            else:
+                return super().__exit__(*exc)
         finally:
             self._compiled.__exit__(*exc)
+            ingraph.WATCHERS.remove(self._watcher)
+            self._learn(sited is not None, raised=exc[0] is not None)
             self._by_output.clear()  # storages are reused: a later watched step must not pair with these
             self._scaled = None
 
@@ -130,20 +167,39 @@ class DeadZoneMonitor(TorchDispatchMode):
         with self:
             yield True
 
+    def _learn(self, sited: bool, raised: bool) -> None:
+        """After a block: watch only its site modules from the next one on, or every op again (a block that
+        raised may have stopped before some of its caps: it teaches nothing)."""
+        regions = self._compiled.entered > self._regions_before
+        if sited:
+            if regions and self._learnt:  # modules hooked, and compiled code ran: hooks must not sit in traced code
+                self._learnt = None
+        elif self.learn and not raised and self._seen is not None and self._ops and self._compiled.supported \
+                and not self.higher_order and not any(s.model < 0 and not s.compiled for s in self._tallies):
+            # compiled caps count themselves (their counters call the monitor): learnt when every cap was one
+            if not regions or (not self._seen and any(s.compiled for s in self._tallies)):
+                self._learnt = list(self._seen.values())
+        self._seen = None
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        self._ops += 1
         role = _ROLE.get(id(func))
+        if role is not None and role[0] == "in place":  # read the input before the op overwrites it
+            x = args[0]
+            before = x.clone()
+            out = func(*args, **(kwargs or {}))
+            self._forward(role[1], before, out, (x.data_ptr(), tuple(x.shape)))
+            return out
+        out = func(*args, **(kwargs or {}))
         if role is None:
             if isinstance(func, HigherOrderOperator):
                 self.higher_order[func.name()] = self.higher_order.get(func.name(), 0) + 1
         elif role[0] == "scale":
             self._note_scale(role[1], args, out)
         elif role[0] == "forward":
-            self._forward(role[1], args[0], out)
+            self._forward(role[1], args[0], out, (args[0].data_ptr(), tuple(args[0].shape)))
         elif role[0] == "backward":
             self._backward(role[1], args[0], args[1], out)
-        else:
-            self._compiled_input(*args)
         return out
 
     # -- recording
@@ -158,15 +214,24 @@ class DeadZoneMonitor(TorchDispatchMode):
             c = 1.0 / other if multiplies else float(other)
             self._scaled = (out.data_ptr(), tuple(out.shape), abs(c))
 
-    def _forward(self, fn: str, x: torch.Tensor, y: torch.Tensor) -> None:
+    def _forward(self, fn: str, x: torch.Tensor, y: torch.Tensor, where: tuple) -> None:
+        """``x`` the op's input as it was (``where``: its storage and shape, matched with a division's output)."""
         cap = None
-        if fn == "tanh" and self._scaled is not None and self._scaled[:2] == (x.data_ptr(), tuple(x.shape)):
+        if fn == "tanh" and self._scaled is not None and self._scaled[:2] == where:
             cap = self._scaled[2]
         inner, outer, where = call_site(sys._getframe(2))
         model, module = self._owners.owner(inner, outer)
         site = Site(model, module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type, cap)
         tally = self._tallies.setdefault(site, _Tally())
-        self._by_output[y.data_ptr()] = site
+        if self._sited is not None:
+            self._sited.backward_of(y, site)
+        else:
+            self._by_output[y.data_ptr()] = site
+        if self._seen is not None:
+            if inner is None:
+                self._seen = None  # a cap outside any module: only the mode over every op sees it
+            else:
+                self._seen.setdefault(id(inner), weakref.ref(inner))
         if recomputing():
             tally.recomputed += 1
             return
@@ -174,8 +239,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         tally.count += y.numel()
         if y.numel() == 0:
             return
-        stuck = (y.abs() == 1) if fn == "tanh" else (y == 0) | (y == 1)
-        tally.saturated = _add(tally.saturated, torch.count_nonzero(stuck))  # a bool .sum() costs 4× more
+        tally.saturated = _add(tally.saturated, _stuck(fn, y))
         tally.max_abs = _largest(tally.max_abs, x)
         if self.keep_inputs:
             tally.inputs.append(x.detach().float().cpu().reshape(-1))
@@ -185,10 +249,13 @@ class DeadZoneMonitor(TorchDispatchMode):
         if site is None:  # its forward ran outside the monitor
             site = Site(-1, "(forward not seen)", "(forward not seen)", fn, str(output.dtype).removeprefix("torch."),
                         output.device.type, None)
+        self._backward_counted(site, grad_output, grad_input)
+
+    def _backward_counted(self, site: Site, grad_output: torch.Tensor, grad_input: torch.Tensor) -> None:
         tally = self._tallies.setdefault(site, _Tally())
         tally.backward_calls += 1
         tally.backward_count += grad_input.numel()
-        tally.zero_grad = _add(tally.zero_grad, torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
+        tally.zero_grad = _add(tally.zero_grad, _zero_grads(grad_output, grad_input))
 
     def _first_zero(self, path: str, dtype: str, cap: float | None, fn: str) -> FirstZero:
         key = (path, dtype, cap, fn)
@@ -220,38 +287,31 @@ class DeadZoneMonitor(TorchDispatchMode):
         tally.max_abs = _largest(tally.max_abs, a)
         edge = self._first_zero(path_name(device, compiled=True), dtype, site.cap, fn).value
         if edge is not None:
-            tally.dead = _add(tally.dead, torch.count_nonzero(a.detach().abs() >= edge))
+            tally.dead = _add(tally.dead, _past(a.detach(), edge))
 
     # -- many ranks
 
-    def all_reduce(self, group=None) -> None:
+    def all_reduce(self, group=None, timeout: float = 60.0) -> None:
         """Sum the counts over a torch.distributed process group (a collective: every rank calls it once, at
-        report time); afterwards ``rows()``, ``table()`` and ``report()`` give the totals on every rank."""
-        import torch.distributed as dist
+        report time); afterwards ``rows()``, ``table()`` and ``report()`` give the totals on every rank.
 
+        The ranks first check through the group's store that all of them called it: a rank still missing
+        after ``timeout`` seconds is named in one line (a RuntimeError), instead of a hang until the process
+        group's own timeout."""
         if self._reduced:
             raise RuntimeError("all_reduce() was already called: these counts are the sum over the ranks")
-        local: dict[tuple, list] = {}
-        for site, t in self._tallies.items():
-            qualifier = self._owners.qualifier(site.model)
-            key = (f"{qualifier}/{site.module}" if qualifier else site.module, *astuple(site)[2:])
-            local[key] = _merge(local[key], t.totals()) if key in local else t.totals()
-        gathered: list = [None] * dist.get_world_size(group)
-        dist.all_gather_object(gathered, local, group=group)
-        merged: dict[tuple, list] = {}
-        for part in gathered:
-            for key, totals in part.items():
-                merged[key] = _merge(merged[key], totals) if key in merged else totals
-        self._tallies = {}
-        for key, totals in sorted(merged.items(), key=lambda kv: repr(kv[0])):
-            tally = _Tally()
-            for name, value in zip(_Tally.__slots__, totals):
-                setattr(tally, name, value)
-            self._tallies[Site(-1, *key)] = tally
+        self._tallies = {Site(-1, *key): tally for key, tally in ranks.sum_over_ranks(
+            {site: (self._owners.qualifier(site.model), t.totals()) for site, t in self._tallies.items()},
+            group, timeout).items()}
         self._by_output = {}
         self._reduced = True
 
     # -- results
+
+    @property
+    def sites_only(self) -> bool:
+        """Whether the next watched step watches only the modules where an earlier one found every cap."""
+        return self._learnt is not None
 
     @property
     def compiled_regions(self) -> int:

@@ -48,6 +48,56 @@ def _largest(total, x: torch.Tensor):
     return big if total is None else torch.maximum(total, big)
 
 
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _nonzero(x: torch.Tensor):
+    """count_nonzero(x), read as integers with the sign bit shifted out (±0 → 0; NaN and subnormals stay nonzero):
+    torch's float count_nonzero branches per element and costs about 15× more on the CPU where zeros are many."""
+    if x.is_floating_point() and x.element_size() in _BITS:
+        return torch.count_nonzero(x.view(_BITS[x.element_size()]) << 1)
+    return torch.count_nonzero(x)
+
+
+def _stuck(fn: str, y: torch.Tensor):
+    """Elements of a tanh output stored as exactly ±1 (of a sigmoid's as 0 or 1).
+
+    |y| ≤ 1, so 1 − |y| is exact from |y| = 0.5 up (Sterbenz) and above 0.5 below it: it is 0 exactly where
+    |y| = 1 (NaN stays NaN, not stuck). For the sigmoid y·(1 − y) is 0 exactly where y is 0 or 1 (a subnormal y
+    times about 1 is y). On the CPU, where reading a number costs no device sync, an output whose range stays
+    inside (-1, 1) ((0, 1)) needs no count at all."""
+    if y.device.type == "cpu":
+        low, high = torch.aminmax(y)
+        if high < 1 and low > (-1 if fn == "tanh" else 0):
+            return 0
+    return y.numel() - _nonzero(1 - y.abs() if fn == "tanh" else y * (1 - y))
+
+
+def _past(a: torch.Tensor, edge: float):
+    """Elements with |a| ≥ edge (none to count on the CPU when the range of a stays inside (-edge, edge))."""
+    if a.device.type == "cpu":
+        low, high = torch.aminmax(a)
+        if high < edge and low > -edge:
+            return 0
+    return torch.count_nonzero(a.abs() >= edge)
+
+
+def _zero_grads(grad_output: torch.Tensor, grad_input: torch.Tensor):
+    """Elements whose backward is exactly 0 while the upstream gradient is not.
+
+    grad_input = grad_output·(1 − y²) (·y(1 − y) for the sigmoid) with y finite: a zero upstream gives a zero
+    grad_input unless something is NaN (then grad_input is NaN). So when no grad_input is NaN the count is
+    nonzero(grad_output) − nonzero(grad_input); none at all when no |grad_input| is 0. On the CPU, where reading
+    the smallest |grad_input| costs no device sync."""
+    if grad_input.device.type == "cpu" and grad_input.numel():
+        smallest = grad_input.abs().min()
+        if smallest > 0:
+            return 0
+        if smallest == 0:  # not NaN
+            return _nonzero(grad_output) - _nonzero(grad_input)
+    return torch.count_nonzero((grad_input == 0) & (grad_output != 0))
+
+
 def _merge(a: list, b: list) -> list:
     """Two ranks' totals of one site: sums, and the larger ``max_abs`` (slot 5)."""
     out = []
