@@ -148,7 +148,7 @@ def build(cls, config, implementation: str, dtype, state: dict | None = None, di
     config = copy.deepcopy(config)
     if directory is not None:
         return cls.from_pretrained(directory, config=config, attn_implementation=implementation, dtype=dtype,
-                                   local_files_only=True)
+                                   local_files_only=True, trust_remote_code=False)
     kwargs: dict[str, Any] = {"attn_implementation": implementation, "dtype": dtype}
     model = cls._from_config(config, **kwargs)
     if state is not None:
