@@ -332,12 +332,13 @@ def audit_model(src: Source, implementations: list[str], ids, dtype: str, autoca
                 scale_logits: float, device: str, given: dict):
     """Audit and report: ``given`` names the model as the user gave it (directory or type, --set, --inputs)."""
     result = audit(src, implementations, Batch(ids, scale_logits, autocast, seed, device), dtype)
-    params = {**given, "attn": implementations, "dtype": dtype, "autocast": autocast, "shape": list(ids.shape),
+    params = {**given, "tiny_changes": list(src.changes), "attn": implementations, "dtype": dtype, "autocast": autocast, "shape": list(ids.shape),
               "seed": seed, "scale_logits": scale_logits, "device": device, "random_weights": result.random_weights}
     from softcapgrad.models.audit_report import audit_report
 
     report = audit_report(result, params)
-    return dataclasses.replace(report, answer=(*report.answer, *src.notes)) if src.notes else report
+    said = (*src.notes, *(f"The tiny configuration was {c}." for c in src.changes if c.startswith("built as")))
+    return dataclasses.replace(report, answer=(*report.answer, *said)) if said else report
 
 
 EXAMPLE = ["final_logit_softcapping=30", "attn_logit_softcapping=50"]

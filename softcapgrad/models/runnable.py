@@ -18,6 +18,27 @@ from softcapgrad.core.checks import InputError
 HEADS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
          "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_MAPPING_NAMES")
 FRAMES = 16  # audio frames and video frames of a random input: small, past any convolution's kernel
+SAMPLES = 16000  # samples of a random waveform: one second at 16 kHz, 49 frames of a speech encoder (stride 320)
+QUESTIONS = {  # a decision head's questions (JEV): one question, its mark after the last token, two options
+    "marks": lambda ids: ids.new_full((1, 1), ids.shape[1]),
+    "num_options": lambda ids: ids.new_full((1, 1), 2),
+    "question_type_ids": lambda ids: ids.new_zeros((1, 1)),
+}
+
+
+def _patches(config, required: set, grid: str, name: str, batch: int, g) -> dict:
+    """Flattened image patches and their grid (temporal, height, width) per image, for encoders that take both:
+    a 2·merge × 2·merge grid of one frame each, every patch ``channels × temporal × patch²`` values."""
+    import torch
+
+    merge = _first(config, "spatial_merge_size", "merge_size", default=2)
+    patch = _first(config, "patch_size", default=14)
+    temporal = _first(config, "temporal_patch_size", default=2)
+    channels = _first(config, "in_channels", "num_channels", "in_chans", default=3)
+    side = 2 * merge
+    thw = torch.tensor([[1, side, side]] * batch)
+    main = "hidden_states" if "hidden_states" in required else name
+    return {main: torch.randn(batch * side * side, channels * temporal * patch * patch, generator=g), grid: thw}
 
 
 def model_class(config):
@@ -30,7 +51,11 @@ def model_class(config):
         if isinstance(name, (list, tuple)):
             name = name[0]
         if name and hasattr(transformers, name):
-            return getattr(transformers, name)
+            cls = getattr(transformers, name)
+            wants = getattr(cls, "config_class", None)
+            if isinstance(wants, type) and not isinstance(config, wants):
+                continue  # a head of the text model alone (it reads a text configuration): the next kind of class
+            return cls
     found = _declared(type(config))
     if found is not None:
         return found
@@ -95,10 +120,21 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
 
     name = needs(cls)
     params = inspect.signature(cls.forward).parameters
-    if name == "input_ids":
-        return Inputs({"input_ids": ids, **({"labels": ids} if "labels" in params else {})}, "labels" in params)
+    required = {n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "self"
+                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
     g = torch.Generator().manual_seed(seed)
     batch = ids.shape[0]
+    if required & set(QUESTIONS):  # a decision head over one prompt: its questions' marks, options and types
+        return Inputs({"input_ids": ids, **{k: make(ids) for k, make in QUESTIONS.items() if k in params}}, False)
+    grid = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
+    if grid is not None:
+        return Inputs(_patches(config, required, grid, name, batch, g), False)
+    if name == "input_ids":
+        return Inputs({"input_ids": ids, **({"labels": ids} if "labels" in params else {})}, "labels" in params)
+    if name == "input_values" and _first(config, "conv_kernel", "upsampling_ratios", "downsampling_ratios",
+                                         "strides", "hop_length", default=0):
+        shape = (batch, SAMPLES) if _first(config, "conv_kernel", default=0) else (batch, 1, SAMPLES)
+        return Inputs({name: torch.randn(*shape, generator=g)}, False)  # a waveform, not features
     if name in ("input_features", "audio_mel", "input_values"):
         bins = _first(config, "input_feat_size", "num_mel_bins", "feature_size", "n_mels", default=128)
         x = torch.randn(batch, 4 * FRAMES, bins, generator=g)
@@ -124,6 +160,8 @@ def output(out):
     """The tensor compared between runs: the logits, else the last hidden state, else the first tensor."""
     import torch
 
+    if isinstance(out, torch.Tensor) and out.is_floating_point():  # a head that returns its scores alone
+        return out
     for name in ("logits", "last_hidden_state", "logits_per_video", "audio_embeds", "pooler_output"):
         value = getattr(out, name, None)
         if isinstance(value, torch.Tensor):

@@ -36,6 +36,7 @@ class Source:
     directory: Path | None  # a local model directory, or None for --model-type
     weights: bool  # the directory holds weights
     notes: tuple = ()  # what the reading dropped or changed, said in the answer (an auto_map ignored)
+    changes: tuple = ()  # fields of a tiny configuration set other than by shrinking (overrides, repairs)
 
 
 @contextlib.contextmanager
@@ -181,7 +182,7 @@ def checked_before_building(d: dict, sets: dict[str, Any], where: str, itemsize:
     tiny.refuse_if_too_big_dict(merged, itemsize)
 
 
-def model_type_config(model_type: str, sets: dict[str, Any]):
+def model_type_config(model_type: str, sets: dict[str, Any], changes: list | None = None):
     """The tiny configuration of ``model_type`` (models/tiny.py), then ``sets`` (``SUB.KEY`` inside a sub-configuration)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -192,11 +193,12 @@ def model_type_config(model_type: str, sets: dict[str, Any]):
         raise InputError(f"--model-type {model_type!r}: not a transformers model type"
                          + (f"; similar: {', '.join(close)}" if close else ""))
     check_caps(_merged({}, sets), "--set ")
+    changes = [] if changes is None else changes
     try:
         with quiet(), tiny.address_space(tiny.available_bytes() * 9 // 10):
-            base = tiny.tiny_config(model_type, smoke)
+            base = tiny.tiny_config(model_type, smoke, changes=changes)
     except ImportError as err:
-        raise InputError(missing_package(err, model_type)) from None
+        base = _text_path(model_type, err, changes)
     except InputError:
         raise
     except Exception as err:
@@ -222,10 +224,30 @@ def model_type_config(model_type: str, sets: dict[str, Any]):
         d[last] = _known(type(target), {last: value}, where)[last]
     try:
         with quiet():
-            return CONFIG_MAPPING[model_type](**kwargs)
+            return type(base)(**kwargs)
     except Exception as err:
         given = ", ".join(f"{k}={v!r}" for k, v in sets.items())
         raise InputError(f"--set {given}: {tiny.reason(err)}") from None
+
+
+def _text_path(model_type: str, err: ImportError, changes: list):
+    """A model whose full build needs a package not installed here, built as its text model when it has one
+    (Gemma 3n without timm for its vision tower); the change is recorded. Else the one line naming the package."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from softcapgrad.models import tiny
+
+    text = getattr(CONFIG_MAPPING[model_type](), "text_config", None)
+    kind = getattr(text, "model_type", None)
+    if kind is None or kind == model_type or kind not in CONFIG_MAPPING:
+        raise InputError(missing_package(err, model_type)) from None
+    try:
+        with quiet(), tiny.address_space(tiny.available_bytes() * 9 // 10):
+            config = tiny.tiny_config(kind, smoke, changes=changes)
+    except Exception:  # noqa: BLE001 -- the text model fails too: the missing package is the answer
+        raise InputError(missing_package(err, model_type)) from None
+    changes.insert(0, f"built as its text model ({kind}): {missing_package(err, model_type)}")
+    return config
 
 
 @contextlib.contextmanager
@@ -314,4 +336,6 @@ def source(directory: Path | None, model_type: str | None, sets: list[str]) -> S
             config, notes = directory_config(directory, values)
             weights = any((Path(directory) / name).is_file() for name in WEIGHT_FILES)
             return Source(config, Path(directory), weights, notes)
-        return Source(model_type_config(model_type, values), None, False)
+        changes: list = []
+        config = model_type_config(model_type, values, changes)
+        return Source(config, None, False, changes=tuple(changes))

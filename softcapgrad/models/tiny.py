@@ -215,65 +215,27 @@ def reason(err: BaseException) -> str:
     return text[:300] or type(err).__name__
 
 
-# --- repairs: the class's own validation, and one forward, decide -------------------------------
-
-
-def _paths(d: dict, prefix: str = ""):
-    for key, value in d.items():
-        if isinstance(value, dict) and not _per_layer(value, 10**9) and all(isinstance(k, str) for k in value):
-            yield from _paths(value, f"{prefix}{key}.")
-        yield prefix + key, value
-
-
-def _get(d: dict, dotted: str):
-    for part in dotted.split("."):
-        d = d[part]
-    return d
-
-
-def _restore(d: dict, defaults: dict, message: str) -> list[str]:
-    """Set back to their defaults the shrunk fields the validation's message names; the paths restored."""
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
-    restored = []
-    for path, value in list(_paths(d)):
-        name = path.rsplit(".", 1)[-1]
-        if name not in words or isinstance(value, dict):
-            continue
-        try:
-            original = _get(defaults, path)
-        except (KeyError, TypeError):
-            continue
-        if original != value:
-            _set(d, path, original)
-            restored.append(path)
-    return restored
-
-
-def _equal_heads(d: dict) -> bool:
-    """Key/value heads as many as query heads, at every level (MLA and models without grouped heads need it)."""
-    changed = False
-    for path, value in list(_paths(d)):
-        if path.rsplit(".", 1)[-1] == "num_key_value_heads" and isinstance(value, int):
-            prefix = path[: -len("num_key_value_heads")]
-            heads = _get(d, prefix + "num_attention_heads") if prefix + "num_attention_heads" in dict(_paths(d)) else None
-            if isinstance(heads, int) and heads != value:
-                _set(d, path, heads)
-                changed = True
-    return changed
-
-
-def tiny_config(model_type: str, smoke=None, attempts: int = 6):
+def tiny_config(model_type: str, smoke=None, attempts: int = 8, changes: list | None = None):
     """The tiny configuration of ``model_type``, validated by its class and (with ``smoke(config)``) by a forward.
 
-    Where the class or the forward refuses, the shrunk fields its message names go back to their
-    defaults, or the key/value heads to the query heads, and it tries again; the last refusal is raised.
+    Where the class or the forward refuses, the repair its message points at (models/repairs.py) is
+    made and it tries again; the last refusal is raised. ``changes`` receives, in words, every field
+    set other than by shrinking: the type's overrides and each repair, so a report says what ran.
     """
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
+    from softcapgrad.models import repairs
+
+    changes = [] if changes is None else changes
     cls = CONFIG_MAPPING[model_type]
     d = tiny_dict(model_type)
+    changes.extend(f"{k} = {v!r} (override)" for k, v in OVERRIDES.get(model_type, {}).items())
     defaults = cls().to_dict()
-    heads_equal = False
+    tried: set = set()
+
+    def class_of(level: dict, prefix: str) -> str | None:
+        return cls.__name__ if not prefix else CONFIG_MAPPING_NAMES.get(level.get("model_type"))
+
     for attempt in range(attempts):
         try:
             config = cls(**copy.deepcopy(d))
@@ -289,14 +251,8 @@ def tiny_config(model_type: str, smoke=None, attempts: int = 6):
         except Exception as err:
             if attempt == attempts - 1:
                 raise
-            message = str(err)
-            if not heads_equal and ("head" in message or "size of tensor" in message) and _equal_heads(d):
-                heads_equal = True
-                continue
-            if _restore(d, defaults, message):
-                continue
-            if not heads_equal and _equal_heads(d):
-                heads_equal = True
-                continue
-            raise
+            made = repairs.repair(d, defaults, str(err), class_of, tried)
+            if not made:
+                raise
+            changes.extend(f"{m} (repair)" for m in made)
     raise AssertionError("unreachable")
