@@ -4,7 +4,10 @@ Which model types to run is chosen by a static scan of the installed modeling so
 ``softplus`` or ``sigmoid(`` in a ``modeling_*.py``: every model type whose configuration lives in
 that folder); what each one caps and gates is decided by running it (``audit-model``'s discovery,
 then one forward and backward per attention implementation). A model type that cannot be built or
-run is a row with its reason. Nothing is downloaded; the weights are random, seeded.
+run is a row with its reason, and a row says which fields its tiny configuration set other than by
+shrinking (an override, a repair). Nothing is downloaded; the weights are random, seeded. Each type's
+budget is CPU time of its own process (a busy machine slows the clock on the wall, not the work), and
+the types can be shared among worker processes: the files come out the same either way.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from softcapgrad.models.tiny import address_space
 IMPLEMENTATIONS = ("eager", "sdpa")  # flex_attention compiles per model (minutes on a CPU); flash-attn needs CUDA
 OPS = {"tanh": r"\btanh\(", "softplus": r"softplus", "sigmoid": r"\bsigmoid\("}
 SHAPE = (2, 8)  # batch and tokens of the census's own forward and backward
-CPU_SECONDS = 60  # one model type's budget in CPU time (user + system), not wall-clock time: the same on a busy
-# machine. The largest tiny row takes a few seconds of CPU; a row past this is a model that is not tiny.
+CPU_SECONDS = 120  # one model type's budget in CPU time (user + system), not wall-clock time: the same on a busy
+# machine. The costliest tiny row takes about 20 s of CPU; a row past six times that is a model that is not tiny.
 SECONDS = CPU_SECONDS  # the old name
 HEADROOM = 6 << 30  # bytes of address space a model type may add: past it an allocation fails, a row says so
 
@@ -201,6 +204,10 @@ REFUSALS = (  # a phrase of the reason -> the kind of refusal
     ("no model class", "a configuration without a model class"),
     ("the audit feeds token ids", "inputs that are not tokens, images, audio or video"),
     ("which is not installed here", "a package not installed here"),
+    ("_forward_unimplemented", "a class without a forward of its own (a tokenizer, a generate-only wrapper)"),
+    ("inference_session", "inputs the audit does not build"),
+    ("Training of", "no training mode"),
+    ("must be provided to run in training mode", "no training mode"),
     ("no tiny configuration found", "no tiny configuration under the parameter limit"),
     ("missing", "inputs the audit does not build"),
     ("does not validate or run", "a tiny configuration its class or forward refuses"),

@@ -147,6 +147,20 @@ def sums(d: dict, message: str) -> list[str]:
     return changed
 
 
+def stages(d: dict, message: str) -> list[str]:
+    """A backbone's chosen stages (``out_features``, ``out_indices``) that its cut depth no longer has: dropped, so
+    the backbone picks its own from the stages it has."""
+    if "must be a subset of stage_names" not in message and "out_indices" not in message:
+        return []
+    changed = []
+    for prefix, level in _levels(d):
+        for key in ("out_features", "out_indices"):
+            if level.get(key) is not None:
+                level[key] = None
+                changed.append(f"{prefix}{key} = None (the stages of the cut backbone)")
+    return changed
+
+
 def missing_attribute(d: dict, message: str, class_of) -> list[str]:
     """An attribute the model reads and the configuration class never sets: a token id 0, a rate 0.0.
 
@@ -180,6 +194,7 @@ def repair(d: dict, defaults: dict, message: str, class_of, tried: set) -> list[
         ("rope", lambda: rope_sections(d, message)),
         ("attribute", lambda: missing_attribute(d, message, class_of)),
         ("sums", lambda: sums(d, message)),
+        ("stages", lambda: stages(d, message)),
         ("heads", lambda: equal_heads(d) if ("head" in message or "size of tensor" in message) else []),
         ("restore", lambda: restore(d, defaults, message, {m.split(" = ")[0] for m in tried if " = " in m})),
         ("heads-anyway", lambda: equal_heads(d)),

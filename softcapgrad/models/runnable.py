@@ -18,7 +18,8 @@ from softcapgrad.core.checks import InputError
 HEADS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
          "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_MAPPING_NAMES")
 FRAMES = 16  # audio frames and video frames of a random input: small, past any convolution's kernel
-SAMPLES = 16000  # samples of a random waveform: one second at 16 kHz, 49 frames of a speech encoder (stride 320)
+SAMPLES = 19200  # samples of a random waveform: 1.2 s at 16 kHz, 60 frames of a speech encoder's stride 320,
+# 10 of an audio tokenizer's 1920
 QUESTIONS = {  # a decision head's questions (JEV): one question, its mark after the last token, two options
     "marks": lambda ids: ids.new_full((1, 1), ids.shape[1]),
     "num_options": lambda ids: ids.new_full((1, 1), 2),
@@ -129,12 +130,21 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
     grid = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
     if grid is not None:
         return Inputs(_patches(config, required, grid, name, batch, g), False)
+    if name == "input_ids" and cls.__name__.endswith("Decoder") and "encoder_hidden_states" in params:
+        width = _first(config, "hidden_size", "d_model", default=64)  # a decoder alone: an encoder's output to attend to
+        return Inputs({"input_ids": ids, "encoder_hidden_states": torch.randn(batch, ids.shape[1], width, generator=g)},
+                      False)
+    vision = getattr(config, "vision_config", None)
+    if name == "input_ids" and "pixel_values" in params and vision is not None and headless(cls):
+        size, channels = _first(vision, "image_size", default=32), _first(vision, "num_channels", default=3)
+        return Inputs({"input_ids": ids, "pixel_values": torch.randn(batch, channels, size, size, generator=g)}, False)
     if name == "input_ids":
         return Inputs({"input_ids": ids, **({"labels": ids} if "labels" in params else {})}, "labels" in params)
-    if name == "input_values" and _first(config, "conv_kernel", "upsampling_ratios", "downsampling_ratios",
-                                         "strides", "hop_length", default=0):
-        shape = (batch, SAMPLES) if _first(config, "conv_kernel", default=0) else (batch, 1, SAMPLES)
-        return Inputs({name: torch.randn(*shape, generator=g)}, False)  # a waveform, not features
+    if name == "input_values" and not _first(config, "num_mel_bins", "n_mels", "input_feat_size", default=0):
+        codec = _first(config, "upsampling_ratios", "downsampling_ratios", "strides", "hop_length", default=0)
+        shape = (batch, 1, SAMPLES) if codec and not _first(config, "conv_kernel", default=0) else (batch, SAMPLES)
+        decoder = {"decoder_input_ids": ids} if "decoder_input_ids" in params else {}  # a speech-to-text decoder's
+        return Inputs({name: torch.randn(*shape, generator=g), **decoder}, False)  # a waveform (a codec's: one channel)
     if name in ("input_features", "audio_mel", "input_values"):
         bins = _first(config, "input_feat_size", "num_mel_bins", "feature_size", "n_mels", default=128)
         x = torch.randn(batch, 4 * FRAMES, bins, generator=g)
@@ -150,7 +160,7 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
         shape = (batch, channels, size, size) if name == "pixel_values" else \
             (batch, _first(config, "num_frames", default=2), channels, size, size)
         kwargs = {name: torch.randn(*shape, generator=g)}
-        if "input_ids" in params and params["input_ids"].default is inspect.Parameter.empty:
+        if "input_ids" in params:  # an image-text model (CLIP-like, a segmenter with a text prompt): text beside
             kwargs["input_ids"] = ids
         return Inputs(kwargs, False)
     raise InputError(f"{cls.__name__} reads {name!r}; the audit feeds token ids, audio features, images or videos only")
@@ -166,10 +176,16 @@ def output(out):
         value = getattr(out, name, None)
         if isinstance(value, torch.Tensor):
             return value
-    values = out.values() if hasattr(out, "values") else out if isinstance(out, (tuple, list)) else [out]
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return value
+    stack = [out]
+    while stack:  # the first floating-point tensor, depth first (a backbone's feature maps, an encoder's codes)
+        value = stack.pop(0)
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point():
+                return value
+        elif isinstance(value, (tuple, list)):
+            stack[:0] = list(value)
+        elif hasattr(value, "values") and callable(value.values):
+            stack[:0] = list(value.values())
     raise InputError(f"{type(out).__name__}: no floating-point output to compare")
 
 
