@@ -110,3 +110,11 @@ def test_repairs_read_the_message():
     d = {"head_dim": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16}
     assert repairs.sums(d, "SWA head_dim must equal qk_nope_head_dim + qk_rope_head_dim") and d["head_dim"] == 48
     assert repairs.repair({"a": 1}, {"a": 1}, "nothing to point at", lambda *a: None, set()) == []
+
+
+def test_rows_are_the_same_in_worker_processes(rows):
+    """Shared among fresh processes, the rows and the files come out as in one process."""
+    result, _ = rows
+    apart = census.census(["gpt_oss", "granite_swa", "paligemma"], workers=2)
+    alone = [r for r in result.rows if r.model_type in ("gpt_oss", "granite_swa", "paligemma")]
+    assert apart.rows == alone

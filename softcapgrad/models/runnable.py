@@ -134,8 +134,8 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
         width = _first(config, "hidden_size", "d_model", default=64)  # a decoder alone: an encoder's output to attend to
         return Inputs({"input_ids": ids, "encoder_hidden_states": torch.randn(batch, ids.shape[1], width, generator=g)},
                       False)
-    vision = getattr(config, "vision_config", None)
-    if name == "input_ids" and "pixel_values" in params and vision is not None and headless(cls):
+    vision = getattr(config, "vision_config", None)  # a dual encoder (CLIP-like) embeds an image and a text
+    if name == "input_ids" and "pixel_values" in params and vision is not None and hasattr(cls, "get_text_features"):
         size, channels = _first(vision, "image_size", default=32), _first(vision, "num_channels", default=3)
         return Inputs({"input_ids": ids, "pixel_values": torch.randn(batch, channels, size, size, generator=g)}, False)
     if name == "input_ids":
