@@ -95,7 +95,7 @@ def test_missing_package_is_one_line(cli):
 
     if importlib.util.find_spec("timm") is not None:
         pytest.skip("timm is installed here")
-    code, _, out, err = cli("audit-model", "--model-type", "gemma3n")
+    code, _, out, err = cli("audit-model", "--model-type", "detr")  # a vision model: no text path to fall back on
     assert code == 2 and out == "" and err.strip().count("\n") == 0 and "timm" in err
 
 

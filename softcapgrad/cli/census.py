@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import emit, InputError, Json, pick, Report, Wide
+from softcapgrad.cli.common import bounded, emit, InputError, Json, pick, Report, Wide
 
 FILES = ("census.json", "census.md", "figures/census.png")
 
@@ -36,18 +36,28 @@ def census_figure(result):
     return fig
 
 
-def census_report(result, seconds: float, out: Optional[Path]) -> Report:
+def refusal_kind(row) -> str:
+    from softcapgrad.models.census import refusal_kind as kind
+
+    return kind(row)
+
+
+def census_report(result, seconds: float, out: Optional[Path], cpu: float | None = None) -> Report:
     from softcapgrad.core.report import Table
 
     counts = result.counts()
     dead = result.dead()
+    kinds = result.refusals()
     answer = (
         f"Of {counts['candidates']} model types whose modeling source calls tanh, softplus or sigmoid, "
         f"{counts['audited']} built and ran tiny: {counts['model types that apply a cap']} apply a tanh soft-cap; "
         f"cap fields dead config: {counts['caps dead config']}, off at their default: {counts['caps off']}; "
-        f"{counts['model types with a gate']} have softplus or sigmoid sites ({counts['gate sites']} contracts).",
-        f"{counts['not audited']} model types could not be built or run (each a row with its reason); "
-        f"the census took {seconds:.0f} s.",
+        f"{counts['model types with a gate']} have gates ({counts['gate sites']} sites), apart from "
+        f"{counts['activation sites (x·σ(αx), not gates)']} activation sites and "
+        f"{counts['attention-sink rescales']} attention-sink rescales.",
+        f"{counts['not audited']} model types could not be built or run, each a row with its reason"
+        + (f" ({'; '.join(f'{k}: {n}' for k, n in kinds.items())})" if kinds else "")
+        + f"; the census took {seconds:.0f} s" + (f" ({cpu:.0f} s of CPU)." if cpu is not None else "."),
     )
     return Report(
         command="census",
@@ -58,8 +68,8 @@ def census_report(result, seconds: float, out: Optional[Path]) -> Report:
             Table("dead_config", "dead config: set, applied by no implementation",
                   [{"model_type": m, "field": f, "cap": v} for m, f, v in dead], ("model_type", "field", "cap")),
             Table("not_audited", "model types not audited", [
-                {"model_type": r.model_type, "status": r.status, "reason": r.reason}
-                for r in result.rows if r.status != "audited"], ("model_type", "status"), wide=("reason",)),
+                {"model_type": r.model_type, "status": r.status, "kind": refusal_kind(r), "reason": r.reason}
+                for r in result.rows if r.status != "audited"], ("model_type", "status"), wide=("kind", "reason")),
         ),
         notes=(f"written: {', '.join(str(out / f) for f in FILES)}" if out else "nothing written (--out none)",
                "every row, cap and gate contract is in census.json and census.md"),
@@ -73,6 +83,8 @@ def census(
     model_type: Annotated[Optional[list[str]], typer.Option("--model-type", help="Only these model types (repeatable).")] = None,
     attn: Annotated[Optional[list[str]], typer.Option("--attn", help="Attention implementations (repeatable; default "
                                                                     "eager and sdpa).")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Processes to share the model types among (default: the "
+                                                         "CPUs, at most 4); the files are the same for any number.")] = None,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -97,14 +109,21 @@ def census(
             check_targets([target / name for name in FILES], "--out")
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny models: one thread is faster, and the same numbers on every machine
-        start = time.perf_counter()
+        import os
+        import resource
+
+        processes = bounded("--workers", min(4, os.cpu_count() or 1) if workers is None else workers, 1, 64)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start, cpu = time.perf_counter(), time.process_time() - children.ru_utime - children.ru_stime
         try:
             total = len(model_type) if model_type else len(run.candidates())
             with progress.task("census: every candidate model type, tiny", total) as advance:
-                result = run.census(model_type, implementations, advance=advance)
+                result = run.census(model_type, implementations, advance=advance, workers=processes)
         finally:
             torch.set_num_threads(threads)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         seconds = time.perf_counter() - start
+        cpu = time.process_time() + children.ru_utime + children.ru_stime - cpu  # the workers' CPU time too
         if target is not None:
             write_atomic(target / "census.json", json.dumps(run.as_dict(result), indent=1, sort_keys=True) + "\n")
             write_atomic(target / "census.md", run.markdown(result))
@@ -115,6 +134,6 @@ def census(
                 save(census_figure(result), target / "figures" / "census.png")
             except InputError:
                 pass  # matplotlib is an extra: the tables are written without it
-        return census_report(result, seconds, target)
+        return census_report(result, seconds, target, cpu)
 
     emit(build, json_out, wide, command="census")

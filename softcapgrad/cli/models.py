@@ -116,4 +116,10 @@ def audit_model(
                                  {"model": str(directory) if directory else model_type, "set": set_ or [],
                                   "inputs": str(inputs) if inputs else None})
 
-    emit(build, json_out, wide, plot, "audit-model")
+    def unprompted() -> Report:  # nothing may ask a question: stdin is empty for the whole command
+        from softcapgrad.models.source import no_stdin
+
+        with no_stdin():
+            return build()
+
+    emit(unprompted, json_out, wide, plot, "audit-model")

@@ -19,247 +19,23 @@ build or at run are ``refused`` with their message. The report is models/audit_r
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import math
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from softcapgrad.core import progress
 from softcapgrad.core.checks import InputError
+from softcapgrad.models.inputs import (  # noqa: F401 -- the old addresses of the input helpers
+    check_ids, DISCOVERY, random_ids, read_token_ids, text_tokens, TOKEN_KINDS, vocabulary,
+)
+from softcapgrad.models.source import (  # noqa: F401 -- the old addresses of the configuration's reading
+    directory_config, missing_package, model_type_config, parse_sets, quiet, smoke, source, Source, WEIGHT_FILES,
+)
 
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2")
-TINY = {  # applied, where the config has the field, before --set: a model that builds in a blink
-    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 128,
-}
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-TOKEN_KINDS = (".npy", ".pt", ".txt")
 FORMATS = {"bfloat16", "float16", "float32"}
-
-
-# --- input ------------------------------------------------------------------------------------
-
-
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs; values read as JSON (numbers, true/false, null, lists), else as text."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--set {item!r}: expected KEY=VALUE, e.g. --set final_logit_softcapping=30")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = None if raw.strip().lower() == "none" else raw
-        out[key.strip()] = value
-    return out
-
-
-def read_token_ids(path: Path):
-    """Token ids from ``.npy`` / ``.pt`` (an integer array, 1-D or 2-D) or ``.txt`` (integers, one sequence a line)."""
-    import numpy as np
-    import torch
-
-    from softcapgrad.core.files import readable_file
-
-    path = Path(path)
-    kind = readable_file(path, TOKEN_KINDS, "--inputs")
-    try:
-        if kind == ".npy":
-            ids = torch.from_numpy(np.load(path, allow_pickle=False))
-        elif kind == ".pt":
-            ids = torch.load(path, map_location="cpu", weights_only=True)
-        else:
-            lines = [line.split() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            if len({len(line) for line in lines}) > 1:
-                raise InputError(f"--inputs {path}: every line must hold the same number of token ids")
-            ids = torch.tensor([[int(t) for t in line] for line in lines], dtype=torch.int64)
-    except InputError:
-        raise
-    except (ValueError, OSError, RuntimeError) as err:
-        raise InputError(f"--inputs {path}: cannot read token ids: {str(err).splitlines()[0]}") from None
-    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise InputError(f"--inputs {path}: expected an integer array of token ids, got {getattr(ids, 'dtype', type(ids).__name__)}")
-    if ids.dim() == 1:
-        ids = ids[None]
-    if ids.dim() != 2 or ids.numel() == 0:
-        raise InputError(f"--inputs {path}: expected a non-empty 1-D or 2-D array of token ids, got shape {tuple(ids.shape)}")
-    return ids.long()
-
-
-# --- the model --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where the model comes from, and its configuration."""
-
-    config: Any  # a transformers PreTrainedConfig
-    directory: Path | None  # a local model directory, or None for --model-type
-    weights: bool  # the directory holds weights
-
-
-def _fields(config_class) -> set[str]:
-    if dataclasses.is_dataclass(config_class):
-        return {f.name for f in dataclasses.fields(config_class)}
-    import inspect
-
-    return set(inspect.signature(config_class).parameters)
-
-
-def _known(config_class, values: dict[str, Any], where: str) -> dict[str, Any]:
-    """``values`` checked against the config class's fields; integers given to float fields become floats."""
-    names = _fields(config_class)
-    types = {f.name: str(f.type) for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else {}
-    out = {}
-    for key, value in values.items():
-        if key not in names:
-            raise InputError(f"--set {where}{key}: {config_class.__name__} has no field {key!r}")
-        kind = types.get(key, "")
-        if isinstance(value, int) and not isinstance(value, bool) and "float" in kind and "int" not in kind:
-            value = float(value)
-        out[key] = value
-    return out
-
-
-def model_type_config(model_type: str, sets: dict[str, Any]):
-    """The tiny configuration of ``model_type`` (models/tiny.py), then ``sets`` (``SUB.KEY`` inside a sub-configuration)."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from softcapgrad.models import caps, tiny
-
-    if model_type not in CONFIG_MAPPING:
-        close = sorted(k for k in CONFIG_MAPPING if model_type.split("_")[0] in k)[:8]
-        raise InputError(f"--model-type {model_type!r}: not a transformers model type"
-                         + (f"; similar: {', '.join(close)}" if close else ""))
-    try:
-        with quiet(), tiny.address_space(tiny.available_bytes() * 9 // 10):
-            base = tiny.tiny_config(model_type, smoke)
-    except ImportError as err:
-        raise InputError(missing_package(err, model_type)) from None
-    except InputError:
-        raise
-    except Exception as err:
-        raise InputError(f"--model-type {model_type}: its tiny configuration does not validate or run: "
-                         f"{tiny.reason(err)}") from None
-    if not sets:
-        return base
-    early = base
-    for key, value in sets.items():  # the size first, on the built config: a huge depth never reaches the class
-        try:
-            early = caps.with_value(early, key, value)
-        except Exception:  # noqa: BLE001 -- the class's own check below names the field and the reason
-            pass
-    tiny.refuse_if_too_big(early, 2)
-    kwargs = base.to_dict()
-    for key, value in sets.items():
-        target, where, d = base, "", kwargs
-        *heads, last = key.split(".")
-        for head in heads:
-            sub = getattr(target, head, None)
-            if sub is None or not hasattr(sub, "to_dict"):
-                raise InputError(f"--set {key}: {type(target).__name__} has no sub-configuration {head!r}")
-            target, where = sub, f"{where}{head}."
-            d = d.setdefault(head, {}) if isinstance(d.get(head, {}), dict) else {}
-        if last in tiny.LAYER_COUNTS:  # a new depth: the class derives its per-layer lists again
-            kept = tiny.without_layer_lists(d, last)
-            d.clear()
-            d.update(kept)
-        d[last] = _known(type(target), {last: value}, where)[last]
-    try:
-        with quiet():
-            return CONFIG_MAPPING[model_type](**kwargs)
-    except Exception as err:
-        given = ", ".join(f"{k}={v!r}" for k, v in sets.items())
-        raise InputError(f"--set {given}: {tiny.reason(err)}") from None
-
-
-@contextlib.contextmanager
-def quiet():
-    """The library's log kept to errors meanwhile: its warnings about a tiny configuration are not the answer."""
-    from transformers.utils import logging
-
-    level = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-
-
-def smoke(config) -> None:
-    """One forward of the tiny model in fp32 (it raises what the model raises): a tiny config must run."""
-    import torch
-
-    from softcapgrad.models import runnable
-
-    cls = runnable.model_class(config)
-    torch.manual_seed(0)
-    model = runnable.build(cls, config, "eager", torch.float32)
-    ids = torch.randint(0, text_tokens(config), DISCOVERY, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        model(**runnable.inputs(cls, config, ids, 0).kwargs)
-
-
-def missing_package(err: ImportError, what: str) -> str:
-    """One line naming the package an ImportError asks for."""
-    import re
-
-    text = " ".join(str(err).split())
-    found = re.search(r"requires the (\S+) library", text) or re.search(r"No module named '([\w.]+)'", text)
-    name = found.group(1) if found else (getattr(err, "name", None) or "an optional package")
-    return f"{what} needs the package {name.split('.')[0]}, which is not installed here (pip install {name.split('.')[0]})"
-
-
-def _validated(make, where: str):
-    try:
-        return make()
-    except InputError:
-        raise
-    except Exception as err:  # transformers' strict dataclasses raise their own types
-        from softcapgrad.models.tiny import reason
-
-        raise InputError(f"--set {where}: {reason(err)}") from None
-
-
-def directory_config(directory: Path, sets: dict[str, Any]):
-    """``config.json`` of a local directory (never downloaded), with ``sets`` applied."""
-    from transformers import AutoConfig
-
-    directory = Path(directory)
-    if not (directory / "config.json").is_file():
-        raise InputError(f"{directory}: no config.json there (give a local model directory, or --model-type)")
-    try:
-        config = AutoConfig.from_pretrained(directory, local_files_only=True)
-    except (ValueError, KeyError, OSError) as err:
-        raise InputError(f"{directory}/config.json: {str(err).splitlines()[0][:300]}") from None
-    for key, value in sets.items():
-        target, name = config, key
-        while "." in name:
-            head, name = name.split(".", 1)
-            target = getattr(target, head, None)
-            if target is None:
-                raise InputError(f"--set {key}: {type(config).__name__} has no sub-configuration {head!r}")
-        if not hasattr(target, name):
-            raise InputError(f"--set {key}: {type(target).__name__} has no field {name!r}")
-        value = _known(type(target), {name: value}, key[: len(key) - len(name)])[name]
-        _validated(lambda: setattr(target, name, value), f"{key}={value!r}")
-    return config
-
-
-def source(directory: Path | None, model_type: str | None, sets: list[str]) -> Source:
-    if (directory is None) == (model_type is None):
-        raise InputError("give a model directory or --model-type NAME, not both and not neither")
-    values = parse_sets(sets)
-    if directory is not None:
-        config = directory_config(directory, values)
-        weights = any((Path(directory) / name).is_file() for name in WEIGHT_FILES)
-        return Source(config, Path(directory), weights)
-    return Source(model_type_config(model_type, values), None, False)
 
 
 def model_class(config):
@@ -267,47 +43,6 @@ def model_class(config):
     from softcapgrad.models.runnable import model_class as chosen
 
     return chosen(config)
-
-
-def random_ids(config, batch: int, seq_len: int, seed: int):
-    """Token ids drawn uniformly below the vocabulary size, from their own generator."""
-    import torch
-
-    return torch.randint(0, text_tokens(config), (batch, seq_len), generator=torch.Generator().manual_seed(seed))
-
-
-def check_ids(ids, config, where: str) -> None:
-    vocab = vocabulary(config)
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise InputError(f"{where}: token ids must lie in [0, {vocab}), got {int(ids.min())}..{int(ids.max())}")
-
-
-def vocabulary(config) -> int:
-    """The smallest ``vocab_size`` over the config and its sub-configurations: token ids must be below it."""
-    sizes = [v for _, c in _configs(config) for name in ("vocab_size", "unpadded_vocab_size", "text_vocab_size")
-             if isinstance(v := getattr(c, name, None), int) and v > 0]
-    return min(sizes) if sizes else 1  # a model without tokens: the ids only give the batch its shape
-
-
-def text_tokens(config) -> int:
-    """Random text ids are drawn below this: the vocabulary less the special ids in its upper half (an image
-    token drawn at random would ask for an image)."""
-    from softcapgrad.models.tiny import _is_token
-
-    vocab = vocabulary(config)
-    special = [v for _, c in _configs(config) for name, v in vars(c).items()
-               if _is_token(name) and isinstance(v, int) and not isinstance(v, bool) and vocab // 2 <= v < vocab]
-    return min([vocab, *special])
-
-
-def _configs(config, prefix: str = ""):
-    """(prefix, config) for the config and every nested sub-configuration."""
-    from transformers import PreTrainedConfig
-
-    yield prefix, config
-    for name, value in vars(config).items():
-        if isinstance(value, PreTrainedConfig):
-            yield from _configs(value, f"{prefix}{name}.")
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -435,7 +170,6 @@ def _run_implementation(src: Source, implementation: str, batch: Batch, dtype, s
 # --- caps and gates, found by running -----------------------------------------------------------
 
 
-DISCOVERY = (3, 7)  # batch and tokens of the discovery forward: apart from every tiny size, so shapes name axes
 
 
 @dataclass(frozen=True)
@@ -598,11 +332,13 @@ def audit_model(src: Source, implementations: list[str], ids, dtype: str, autoca
                 scale_logits: float, device: str, given: dict):
     """Audit and report: ``given`` names the model as the user gave it (directory or type, --set, --inputs)."""
     result = audit(src, implementations, Batch(ids, scale_logits, autocast, seed, device), dtype)
-    params = {**given, "attn": implementations, "dtype": dtype, "autocast": autocast, "shape": list(ids.shape),
+    params = {**given, "tiny_changes": list(src.changes), "attn": implementations, "dtype": dtype, "autocast": autocast, "shape": list(ids.shape),
               "seed": seed, "scale_logits": scale_logits, "device": device, "random_weights": result.random_weights}
     from softcapgrad.models.audit_report import audit_report
 
-    return audit_report(result, params)
+    report = audit_report(result, params)
+    said = (*src.notes, *(f"The tiny configuration was {c}." for c in src.changes if c.startswith("built as")))
+    return dataclasses.replace(report, answer=(*report.answer, *said)) if said else report
 
 
 EXAMPLE = ["final_logit_softcapping=30", "attn_logit_softcapping=50"]

@@ -55,17 +55,20 @@ def site_rows(result) -> list[dict]:
             if result.verdicts[i].get(run.implementation) != "hidden":
                 continue
             path = f"{HIDDEN_PATH.get(run.implementation, 'torch-compile')}-{result.device}"
-            stack = first_zero(path, "float32", c.divisor)
+            divisor = c.divisor if c.divisor is not None else c.value  # no tanh divided by it was traced: its value
+            if divisor is None:
+                continue
+            stack = first_zero(path, "float32", divisor)
             values = [v for (module, cap), v in (eager.inputs.items() if eager else [])
-                      if cap is not None and math.isclose(cap, c.divisor, rel_tol=1e-5) and layerless(module) in c.modules]
+                      if cap is not None and math.isclose(cap, divisor, rel_tol=1e-5) and layerless(module) in c.modules]
             fraction = None
             if values and stack.value is not None:
-                a = torch.cat(values).abs() * c.divisor
+                a = torch.cat(values).abs() * divisor
                 fraction = float((a >= stack.value).double().mean())
             rows.append({
                 "implementation": run.implementation, "module": f"(inside {run.implementation}) {', '.join(c.modules)}",
                 "field": c.field, "caps": kind_of_site(c.modules[0], result.model) if c.modules else "other",
-                "cap": c.divisor, "dtype": "float32", "path": path, "first_zero_grad_input": stack.value,
+                "cap": divisor, "dtype": "float32", "path": path, "first_zero_grad_input": stack.value,
                 "fraction": fraction, "count": None, "saturated": None, "zero_grad": None,
                 "max_abs": None, "source": stack.source or stack.reason,
                 "basis": "eager pre-cap values of this batch" if fraction is not None else stack.reason,

@@ -4,7 +4,10 @@ Which model types to run is chosen by a static scan of the installed modeling so
 ``softplus`` or ``sigmoid(`` in a ``modeling_*.py``: every model type whose configuration lives in
 that folder); what each one caps and gates is decided by running it (``audit-model``'s discovery,
 then one forward and backward per attention implementation). A model type that cannot be built or
-run is a row with its reason. Nothing is downloaded; the weights are random, seeded.
+run is a row with its reason, and a row says which fields its tiny configuration set other than by
+shrinking (an override, a repair). Nothing is downloaded; the weights are random, seeded. Each type's
+budget is CPU time of its own process (a busy machine slows the clock on the wall, not the work), and
+the types can be shared among worker processes: the files come out the same either way.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from softcapgrad.models.tiny import address_space
 IMPLEMENTATIONS = ("eager", "sdpa")  # flex_attention compiles per model (minutes on a CPU); flash-attn needs CUDA
 OPS = {"tanh": r"\btanh\(", "softplus": r"softplus", "sigmoid": r"\bsigmoid\("}
 SHAPE = (2, 8)  # batch and tokens of the census's own forward and backward
-SECONDS = 120  # one model type's budget; past it the row says so
+CPU_SECONDS = 120  # one model type's budget in CPU time (user + system), not wall-clock time: the same on a busy
+# machine. The costliest tiny row takes about 20 s of CPU; a row past six times that is a model that is not tiny.
+SECONDS = CPU_SECONDS  # the old name
 HEADROOM = 6 << 30  # bytes of address space a model type may add: past it an allocation fails, a row says so
 
 
@@ -38,8 +43,13 @@ def _models_dir() -> Path:
 
 
 def candidates() -> list[Candidate]:
-    """Model types whose modeling sources hold a tanh, softplus or sigmoid call (static; the run decides)."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    """Model types whose modeling sources hold a tanh, softplus or sigmoid call (static; the run decides).
+
+    A configuration class registered under two model types (``evolla`` and ``EvollaModel``) is one
+    candidate, under its lower-case name. Folders come from the library's own type -> module rule,
+    so no configuration module is imported here.
+    """
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
 
     root = _models_dir()
     flagged: dict[str, tuple] = {}
@@ -48,21 +58,13 @@ def candidates() -> list[Candidate]:
         ops = tuple(name for name, pattern in OPS.items() if re.search(pattern, text))
         if ops:
             flagged[folder.name] = ops
-    out = []
-    for model_type, class_name in sorted(CONFIG_MAPPING_NAMES.items()):
-        folder = _folder_of(model_type, class_name)
-        if folder in flagged:
+    out, classes = [], set()
+    for model_type, class_name in sorted(CONFIG_MAPPING_NAMES.items(), key=lambda kv: (kv[0] != kv[0].lower(), kv[0])):
+        folder = model_type_to_module_name(model_type).removeprefix("deprecated.")
+        if folder in flagged and class_name not in classes:
+            classes.add(class_name)
             out.append(Candidate(model_type, folder, flagged[folder]))
-    return out
-
-
-def _folder_of(model_type: str, class_name: str) -> str | None:
-    import transformers
-
-    cls = getattr(transformers, class_name, None)
-    module = getattr(cls, "__module__", "") or ""
-    parts = module.split(".")
-    return parts[2] if len(parts) > 3 and parts[1] == "models" else None
+    return sorted(out, key=lambda c: c.model_type)
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ class Row:
     model_class: str
     implementations: dict  # implementation -> its run status
     caps: list  # dicts: field, cap, status, per implementation verdict, dtype, first_zero_grad_input, modules
-    gates: list  # dicts: the contract
+    gates: list  # dicts: the contract (kind: gate, activation, attention-sink rescale)
+    changes: list = ()  # the tiny configuration's fields set other than by shrinking: overrides, repairs
 
 
 class _Timeout(Exception):
@@ -86,6 +89,25 @@ def _alarm(signum, frame):
     raise _Timeout
 
 
+class _CpuBudget:
+    """Raise _Timeout in this process after ``seconds`` of its own CPU time (SIGPROF counts user + system time,
+    so a loaded machine, which slows the wall clock, does not bring the end nearer)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __enter__(self):
+        if self.seconds:
+            self.previous = signal.signal(signal.SIGPROF, _alarm)
+            signal.setitimer(signal.ITIMER_PROF, self.seconds)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.seconds:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, self.previous)
+
+
 def _clean(text: str) -> str:
     """One line without machine paths (the library's folder as ``transformers/``, other paths by file name) or
     object addresses (a number of nine digits or more, which changes from run to run)."""
@@ -94,30 +116,33 @@ def _clean(text: str) -> str:
     return re.sub(r"/(?:[^\s/:'\"]+/)+([^\s/:'\"]+)", r"\1", text)[:240]
 
 
-def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: int = SECONDS) -> Row:
-    """One model type, audited tiny (never raises: every failure is the row's status and reason)."""
+def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: float = CPU_SECONDS) -> Row:
+    """One model type, audited tiny (never raises: every failure is the row's status and reason).
+
+    ``seconds`` is CPU time of this process, not wall-clock time (0: no budget)."""
     import torch
 
     from softcapgrad.models import audit
     from softcapgrad.models.audit_report import config_rows, site_rows
 
+    changes: list = []
+
     def row(status, reason="", model_class="", runs=None, caps=(), gates=()):
         return Row(candidate.model_type, candidate.folder, candidate.ops, status, _clean(reason), model_class,
-                   runs or {}, list(caps), list(gates))
+                   runs or {}, list(caps), list(gates), [_clean(c) for c in changes])
 
-    previous = signal.signal(signal.SIGALRM, _alarm) if seconds else None
-    if seconds:
-        signal.alarm(seconds)
     try:
-        try:
-            src = audit.source(None, candidate.model_type, [])
-        except InputError as err:
-            return row("cannot build", str(err))
-        ids = torch.randint(0, audit.text_tokens(src.config), SHAPE, generator=torch.Generator().manual_seed(0))
-        try:
-            result = audit.audit(src, list(implementations), audit.Batch(ids, 1.0, None, 0, "cpu"), "bfloat16")
-        except InputError as err:
-            return row("cannot run", str(err))
+        with _CpuBudget(seconds):
+            try:
+                config = audit.model_type_config(candidate.model_type, {}, changes)
+            except InputError as err:
+                return row("cannot build", str(err))
+            src = audit.Source(config, None, False, changes=tuple(changes))
+            ids = torch.randint(0, audit.text_tokens(src.config), SHAPE, generator=torch.Generator().manual_seed(0))
+            try:
+                result = audit.audit(src, list(implementations), audit.Batch(ids, 1.0, None, 0, "cpu"), "bfloat16")
+            except InputError as err:
+                return row("cannot run", str(err))
         sites = site_rows(result)
         caps = []
         for c in config_rows(result):
@@ -131,13 +156,9 @@ def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: i
         runs = {r.implementation: r.status + (f": {_clean(r.reason)}" if r.reason else "") for r in result.runs}
         return row("audited", "", result.model, runs, caps, [asdict(g) for g in result.gates])
     except _Timeout:
-        return row("timed out", f"past {seconds} s on this machine")
+        return row("timed out", f"past {seconds:g} s of CPU time: not a tiny model")
     except Exception as err:  # noqa: BLE001 -- the census records it; the tests require there be none
         return row("internal error", f"{type(err).__name__}: {err}")
-    finally:
-        if seconds:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True)
@@ -160,17 +181,56 @@ class Census:
             "caps off": sum(c["status"] == "off" for c in caps),
             "caps dead config": sum(c["status"] == "dead config" for c in caps),
             "hard-coded capped tanh": sum(c["status"] == "hard-coded" for c in caps),
-            "model types with a gate": sum(bool(r.gates) for r in rows),
-            "gate sites": sum(len(r.gates) for r in rows),
+            "model types with a gate": sum(any(_kind(g) == "gate" for g in r.gates) for r in rows),
+            "gate sites": sum(_kind(g) == "gate" for r in rows for g in r.gates),
+            "activation sites (x·σ(αx), not gates)": sum(_kind(g) == "activation" for r in rows for g in r.gates),
+            "attention-sink rescales": sum(_kind(g) == "attention-sink rescale" for r in rows for g in r.gates),
+            "audited with a changed tiny configuration": sum(bool(r.changes) for r in rows if r.status == "audited"),
         }
+
+    def refusals(self) -> dict[str, int]:
+        """Model types not audited, by the kind of reason (most first)."""
+        kinds: dict[str, int] = {}
+        for r in self.rows:
+            if r.status != "audited":
+                kinds[refusal_kind(r)] = kinds.get(refusal_kind(r), 0) + 1
+        return dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def dead(self) -> list[tuple[str, str, float | None]]:
         return [(r.model_type, c["field"], c["cap"]) for r in self.rows for c in r.caps if c["status"] == "dead config"]
 
 
-def census(model_types: list[str] | None = None, implementations=IMPLEMENTATIONS, seconds: int = SECONDS,
-           advance=None) -> Census:
-    """The census over ``model_types`` (default: every static candidate), in model-type order."""
+REFUSALS = (  # a phrase of the reason -> the kind of refusal
+    ("no model class", "a configuration without a model class"),
+    ("the audit feeds token ids", "inputs that are not tokens, images, audio or video"),
+    ("which is not installed here", "a package not installed here"),
+    ("_forward_unimplemented", "a class without a forward of its own (a tokenizer, a generate-only wrapper)"),
+    ("inference_session", "inputs the audit does not build"),
+    ("Training of", "no training mode"),
+    ("must be provided to run in training mode", "no training mode"),
+    ("no tiny configuration found", "no tiny configuration under the parameter limit"),
+    ("missing", "inputs the audit does not build"),
+    ("does not validate or run", "a tiny configuration its class or forward refuses"),
+)
+
+
+def refusal_kind(r: Row) -> str:
+    if r.status in ("timed out", "internal error"):
+        return r.status
+    return next((kind for phrase, kind in REFUSALS if phrase in r.reason), "refused at run")
+
+
+def _kind(g: dict) -> str:
+    return g.get("kind", "gate")
+
+
+def census(model_types: list[str] | None = None, implementations=IMPLEMENTATIONS, seconds: float = CPU_SECONDS,
+           advance=None, workers: int = 1) -> Census:
+    """The census over ``model_types`` (default: every static candidate), in model-type order.
+
+    With ``workers`` > 1 the model types are shared among that many fresh processes, each type in
+    the one of index ``i % workers`` (a fixed split); a row depends only on its model type either way.
+    """
     import torch
     import transformers
 
@@ -182,18 +242,51 @@ def census(model_types: list[str] | None = None, implementations=IMPLEMENTATIONS
             raise InputError(f"--model-type {missing[0]}: not a model type whose modeling source has a tanh, softplus "
                              "or sigmoid in this transformers")
         chosen = [known[m] for m in model_types]
+    workers = max(1, min(workers, len(chosen)))
+    if workers == 1:
+        rows = _rows(chosen, tuple(implementations), seconds, advance)
+    else:
+        rows = _in_workers(chosen, tuple(implementations), seconds, advance, workers)
+    return Census(transformers.__version__, torch.__version__.split("+")[0], tuple(implementations), rows)
+
+
+def _rows(chosen, implementations, seconds, advance=None) -> list:
     rows = []
     with address_space(HEADROOM):
         for c in chosen:
             rows.append(census_row(c, implementations, seconds))
             if advance is not None:
                 advance(1)
-    return Census(transformers.__version__, torch.__version__.split("+")[0], tuple(implementations), rows)
+    return rows
+
+
+def _worker(chosen, implementations, seconds) -> list:
+    import torch
+
+    torch.set_num_threads(1)
+    return _rows(chosen, implementations, seconds)
+
+
+def _in_workers(chosen, implementations, seconds, advance, workers: int) -> list:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    shares = [chosen[k::workers] for k in range(workers)]
+    done: dict = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_worker, share, implementations, seconds): k for k, share in enumerate(shares)}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if advance is not None:
+                advance(len(shares[futures[future]]))
+    order = {c.model_type: i for i, c in enumerate(chosen)}
+    return sorted((r for rows in done.values() for r in rows), key=lambda r: order[r.model_type])
 
 
 def as_dict(c: Census) -> dict:
     return {"transformers": c.transformers, "torch": c.torch, "implementations": list(c.implementations),
-            "shape": list(SHAPE), "dtype": "bfloat16", "counts": c.counts(),
+            "shape": list(SHAPE), "dtype": "bfloat16", "cpu_seconds_per_type": CPU_SECONDS, "counts": c.counts(),
+            "not_audited_by_kind": c.refusals(),
             "dead_config": [{"model_type": m, "field": f, "cap": v} for m, f, v in c.dead()],
             "rows": [asdict(r) for r in c.rows]}
 
@@ -233,14 +326,20 @@ def markdown(c: Census) -> str:
         "A field is a cap when moving it moves a tanh's divisor (applied), when setting it from 0 or unset makes a "
         "capped tanh run (off), or, named like a cap, when it moves nothing (dead config; unused when unset).",
         "",
-        "| model type | field | value | status | " + " | ".join(impl) + " | format | first zero-grad input | where |",
-        "| --- | --- | ---: | --- | " + " | ".join("---" for _ in impl) + " | --- | ---: | --- |",
+        "The last column is what the tiny configuration that ran set other than by shrinking: the type's own "
+        "overrides and the repairs its class or its first forward asked for (″: as above).",
+        "",
+        "| model type | field | value | status | " + " | ".join(impl) + " | format | first zero-grad input | where "
+        "| tiny configuration changed |",
+        "| --- | --- | ---: | --- | " + " | ".join("---" for _ in impl) + " | --- | ---: | --- | --- |",
     ]
     for r in c.rows:
-        for cap in r.caps:
+        for n, cap in enumerate(r.caps):
+            changed = "; ".join(r.changes) if n == 0 and r.changes else ("″" if r.changes else "—")
             lines.append(f"| {r.model_type} | {_cell(cap['field'])} | {_cell(cap['cap'])} | {cap['status']} | "
                          + " | ".join(_cell(cap.get(i)) for i in impl)
-                         + f" | {_cell(cap['dtype'])} | {_cell(cap['first_zero_grad_input'])} | {_cell(cap['modules'])} |")
+                         + f" | {_cell(cap['dtype'])} | {_cell(cap['first_zero_grad_input'])} | {_cell(cap['modules'])} "
+                         f"| {_cell(changed)} |")
     lines += [
         "",
         "## Dead config",
@@ -256,17 +355,38 @@ def markdown(c: Census) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in c.rows:
-        for g in r.gates:
+        for g in (g for g in r.gates if _kind(g) == "gate"):
             lines.append(f"| {r.model_type} | {_cell(g['module'])} | {g['fn']} | {_cell(g['source'])} | {g['shape']} | "
                          f"{_cell(g['broadcast'])} | {g['runs_in']} | {_cell(g['cast_to'] or '—')} | "
                          f"{_cell(g['consumer'])} | {_cell(g['role'])} |")
     lines += [
         "",
+        "## Activations and attention-sink rescales: sigmoid sites that are not gates",
+        "",
+        "An activation scales its own input by its sigmoid (x·σ(αx): QuickGELU, a clamped GLU); an attention-sink "
+        "rescale multiplies the attention output by σ(logsumexp − sink).",
+        "",
+        "| model type | module | kind | source | shape | operand | count |",
+        "| --- | --- | --- | --- | --- | --- | ---: |",
+        *(f"| {r.model_type} | {_cell(g['module'])} | {_kind(g)} | {_cell(g['source'])} | {g['shape']} | "
+          f"{_cell(g['operand'])} | {g['count']} |" for r in c.rows for g in r.gates if _kind(g) != "gate"),
+        "",
+        "## Tiny configurations changed",
+        "",
+        "| model type | status | changed |",
+        "| --- | --- | --- |",
+        *(f"| {r.model_type} | {r.status} | {_cell('; '.join(r.changes))} |" for r in c.rows if r.changes),
+        "",
         "## Not audited",
         "",
-        "| model type | status | reason |",
-        "| --- | --- | --- |",
-        *(f"| {r.model_type} | {r.status} | {_cell(r.reason)} |" for r in c.rows if r.status != "audited"),
+        "| kind | model types |",
+        "| --- | ---: |",
+        *(f"| {k} | {n} |" for k, n in c.refusals().items()),
+        "",
+        "| model type | status | kind | reason |",
+        "| --- | --- | --- | --- |",
+        *(f"| {r.model_type} | {r.status} | {refusal_kind(r)} | {_cell(r.reason)} |" for r in c.rows
+          if r.status != "audited"),
         "",
     ]
     return "\n".join(lines)

@@ -33,7 +33,8 @@ class Contract:
     operand: str  # what the consumer combines it with
     reader: str  # the projection that reads the product, or "topk" for a router
     role: str  # a one-phrase summary of the contract
-    count: int  # how many sites (layers) share it
+    count: int  # how many calls (layers, experts) share it
+    kind: str = "gate"  # gate | activation | attention-sink rescale
 
 
 def axis_names(config, batch: int, tokens: int) -> dict[int, str]:
@@ -56,16 +57,56 @@ def axis_names(config, batch: int, tokens: int) -> dict[int, str]:
     return names
 
 
+ROUTED = -1  # an axis whose length differs from call to call of one site: the tokens routed to each expert
+
+
 def _axes(shape, names) -> str:
-    return "(" + ", ".join(names.get(n, str(n)) for n in shape) + ")"
+    return "(" + ", ".join("routed tokens" if n == ROUTED else names.get(n, str(n)) for n in shape) + ")"
+
+
+def _joined(shapes) -> tuple | None:
+    """One shape for the calls of a site: an axis that differs between them (routed tokens) as ROUTED."""
+    shapes = [s for s in shapes if s is not None]
+    if not shapes:
+        return None
+    if len({len(s) for s in shapes}) > 1:
+        return shapes[0]
+    return tuple(d[0] if len(set(d)) == 1 else ROUTED for d in zip(*shapes))
+
+
+def by_site(gates) -> list:
+    """One gate per site: the calls of one site (every layer, every expert's routed tokens) as one, with a count."""
+    import dataclasses
+
+    from softcapgrad.models.trace import merged
+
+    groups: dict = {}
+    for g in merged(gates):
+        key = (g.module, g.fn, g.source, g.kind, g.dtype, g.cast, g.consumer, g.operand, g.reader)
+        groups.setdefault(key, []).append(g)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        out.append(dataclasses.replace(first, shape=_joined([g.shape for g in group]),
+                                       consumer_shape=_joined([g.consumer_shape for g in group]),
+                                       broadcast=tuple(sorted({a for g in group for a in g.broadcast})),
+                                       count=sum(g.count for g in group)))
+    return out
 
 
 def contract(gate, names: dict[int, str]) -> Contract:
     consumed = gate.consumer is not None
     out_shape = gate.consumer_shape or ()
-    broadcast = ", ".join(names.get(out_shape[a], f"axis {a}") for a in gate.broadcast) if consumed else "—"
+    broadcast = ", ".join("routed tokens" if a < len(out_shape) and out_shape[a] == ROUTED else
+                          names.get(out_shape[a], f"axis {a}") if a < len(out_shape) else f"axis {a}"
+                          for a in gate.broadcast) if consumed else "—"
     reader = gate.reader or ""
-    if reader in ("topk", "sort", "argsort", "max"):
+    kind = getattr(gate, "kind", "gate")
+    if kind == "activation":
+        role = f"activation: {gate.operand or 'its input'} scaled by its own {gate.fn} (x·σ(αx)), not a gate"
+    elif kind == "attention-sink rescale":
+        role = "attention-sink rescale: σ(logsumexp − sink) scales the attention output"
+    elif reader in ("topk", "sort", "argsort", "max"):
         role = "router: its values choose (top-k)"
     elif consumed and gate.consumer == "mul" and reader:
         over = f" over {broadcast}" if broadcast else " per element"
@@ -80,12 +121,10 @@ def contract(gate, names: dict[int, str]) -> Contract:
         module=gate.module, fn=gate.fn, source=gate.source, shape=_axes(gate.shape, names), broadcast=broadcast,
         runs_in=gate.dtype, cast_to=gate.cast or "",
         consumer=f"{gate.consumer} → {_axes(out_shape, names)}" if consumed else "",
-        operand=gate.operand or "", reader=reader, role=role, count=gate.count,
+        operand=gate.operand or "", reader=reader, role=role, count=gate.count, kind=kind,
     )
 
 
 def contracts(gates, config, batch: int, tokens: int) -> list[Contract]:
-    from softcapgrad.models.trace import merged
-
     names = axis_names(config, batch, tokens)
-    return [contract(g, names) for g in merged(gates)]
+    return [contract(g, names) for g in by_site(gates)]

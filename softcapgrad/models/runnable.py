@@ -18,6 +18,28 @@ from softcapgrad.core.checks import InputError
 HEADS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
          "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_MAPPING_NAMES")
 FRAMES = 16  # audio frames and video frames of a random input: small, past any convolution's kernel
+SAMPLES = 19200  # samples of a random waveform: 1.2 s at 16 kHz, 60 frames of a speech encoder's stride 320,
+# 10 of an audio tokenizer's 1920
+QUESTIONS = {  # a decision head's questions (JEV): one question, its mark after the last token, two options
+    "marks": lambda ids: ids.new_full((1, 1), ids.shape[1]),
+    "num_options": lambda ids: ids.new_full((1, 1), 2),
+    "question_type_ids": lambda ids: ids.new_zeros((1, 1)),
+}
+
+
+def _patches(config, required: set, grid: str, name: str, batch: int, g) -> dict:
+    """Flattened image patches and their grid (temporal, height, width) per image, for encoders that take both:
+    a 2·merge × 2·merge grid of one frame each, every patch ``channels × temporal × patch²`` values."""
+    import torch
+
+    merge = _first(config, "spatial_merge_size", "merge_size", default=2)
+    patch = _first(config, "patch_size", default=14)
+    temporal = _first(config, "temporal_patch_size", default=2)
+    channels = _first(config, "in_channels", "num_channels", "in_chans", default=3)
+    side = 2 * merge
+    thw = torch.tensor([[1, side, side]] * batch)
+    main = "hidden_states" if "hidden_states" in required else name
+    return {main: torch.randn(batch * side * side, channels * temporal * patch * patch, generator=g), grid: thw}
 
 
 def model_class(config):
@@ -30,7 +52,11 @@ def model_class(config):
         if isinstance(name, (list, tuple)):
             name = name[0]
         if name and hasattr(transformers, name):
-            return getattr(transformers, name)
+            cls = getattr(transformers, name)
+            wants = getattr(cls, "config_class", None)
+            if isinstance(wants, type) and not isinstance(config, wants):
+                continue  # a head of the text model alone (it reads a text configuration): the next kind of class
+            return cls
     found = _declared(type(config))
     if found is not None:
         return found
@@ -95,10 +121,30 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
 
     name = needs(cls)
     params = inspect.signature(cls.forward).parameters
-    if name == "input_ids":
-        return Inputs({"input_ids": ids, **({"labels": ids} if "labels" in params else {})}, "labels" in params)
+    required = {n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "self"
+                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
     g = torch.Generator().manual_seed(seed)
     batch = ids.shape[0]
+    if required & set(QUESTIONS):  # a decision head over one prompt: its questions' marks, options and types
+        return Inputs({"input_ids": ids, **{k: make(ids) for k, make in QUESTIONS.items() if k in params}}, False)
+    grid = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
+    if grid is not None:
+        return Inputs(_patches(config, required, grid, name, batch, g), False)
+    if name == "input_ids" and cls.__name__.endswith("Decoder") and "encoder_hidden_states" in params:
+        width = _first(config, "hidden_size", "d_model", default=64)  # a decoder alone: an encoder's output to attend to
+        return Inputs({"input_ids": ids, "encoder_hidden_states": torch.randn(batch, ids.shape[1], width, generator=g)},
+                      False)
+    vision = getattr(config, "vision_config", None)  # a dual encoder (CLIP-like) embeds an image and a text
+    if name == "input_ids" and "pixel_values" in params and vision is not None and hasattr(cls, "get_text_features"):
+        size, channels = _first(vision, "image_size", default=32), _first(vision, "num_channels", default=3)
+        return Inputs({"input_ids": ids, "pixel_values": torch.randn(batch, channels, size, size, generator=g)}, False)
+    if name == "input_ids":
+        return Inputs({"input_ids": ids, **({"labels": ids} if "labels" in params else {})}, "labels" in params)
+    if name == "input_values" and not _first(config, "num_mel_bins", "n_mels", "input_feat_size", default=0):
+        codec = _first(config, "upsampling_ratios", "downsampling_ratios", "strides", "hop_length", default=0)
+        shape = (batch, 1, SAMPLES) if codec and not _first(config, "conv_kernel", default=0) else (batch, SAMPLES)
+        decoder = {"decoder_input_ids": ids} if "decoder_input_ids" in params else {}  # a speech-to-text decoder's
+        return Inputs({name: torch.randn(*shape, generator=g), **decoder}, False)  # a waveform (a codec's: one channel)
     if name in ("input_features", "audio_mel", "input_values"):
         bins = _first(config, "input_feat_size", "num_mel_bins", "feature_size", "n_mels", default=128)
         x = torch.randn(batch, 4 * FRAMES, bins, generator=g)
@@ -114,7 +160,7 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
         shape = (batch, channels, size, size) if name == "pixel_values" else \
             (batch, _first(config, "num_frames", default=2), channels, size, size)
         kwargs = {name: torch.randn(*shape, generator=g)}
-        if "input_ids" in params and params["input_ids"].default is inspect.Parameter.empty:
+        if "input_ids" in params:  # an image-text model (CLIP-like, a segmenter with a text prompt): text beside
             kwargs["input_ids"] = ids
         return Inputs(kwargs, False)
     raise InputError(f"{cls.__name__} reads {name!r}; the audit feeds token ids, audio features, images or videos only")
@@ -124,14 +170,22 @@ def output(out):
     """The tensor compared between runs: the logits, else the last hidden state, else the first tensor."""
     import torch
 
+    if isinstance(out, torch.Tensor) and out.is_floating_point():  # a head that returns its scores alone
+        return out
     for name in ("logits", "last_hidden_state", "logits_per_video", "audio_embeds", "pooler_output"):
         value = getattr(out, name, None)
         if isinstance(value, torch.Tensor):
             return value
-    values = out.values() if hasattr(out, "values") else out if isinstance(out, (tuple, list)) else [out]
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return value
+    stack = [out]
+    while stack:  # the first floating-point tensor, depth first (a backbone's feature maps, an encoder's codes)
+        value = stack.pop(0)
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point():
+                return value
+        elif isinstance(value, (tuple, list)):
+            stack[:0] = list(value)
+        elif hasattr(value, "values") and callable(value.values):
+            stack[:0] = list(value.values())
     raise InputError(f"{type(out).__name__}: no floating-point output to compare")
 
 
@@ -148,7 +202,7 @@ def build(cls, config, implementation: str, dtype, state: dict | None = None, di
     config = copy.deepcopy(config)
     if directory is not None:
         return cls.from_pretrained(directory, config=config, attn_implementation=implementation, dtype=dtype,
-                                   local_files_only=True)
+                                   local_files_only=True, trust_remote_code=False)
     kwargs: dict[str, Any] = {"attn_implementation": implementation, "dtype": dtype}
     model = cls._from_config(config, **kwargs)
     if state is not None:

@@ -12,15 +12,16 @@ vocabularies and experts: parameters × the format's bytes against the memory av
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
-import os
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from softcapgrad.core.checks import InputError
+from softcapgrad.models.sizes import (  # noqa: F401 -- the old addresses of the size checks
+    address_space, available_bytes, LAYER_COUNTS, parameters_estimate, refuse_if_too_big, refuse_if_too_big_dict, size,
+    Size,
+)
 
 HIDDEN, INTER, HEADS, KV, HEAD_DIM, EXPERTS = 64, 128, 2, 1, 32, 6  # experts apart from heads and batch
 SIZES = {  # field -> its tiny value (a field is only ever shrunk, never grown)
@@ -46,8 +47,6 @@ SIZES = {  # field -> its tiny value (a field is only ever shrunk, never grown)
     **dict.fromkeys(("unpadded_vocab_size",), 250),
 }
 NOT_SIZES = ("_id", "_index", "token", "eps", "layers", "window", "seed", "scalar")  # never shrunk as an alias of a size
-LAYER_COUNTS = ("num_hidden_layers", "num_blocks", "num_layers", "n_layer", "conf_num_hidden_layers", "encoder_layers",
-                "decoder_layers", "depth")
 MIN_LAYERS = 2
 TINY_LIMIT = 20_000_000  # parameters: a repaired tiny configuration past this is refused, not built
 OVERRIDES: dict[str, dict[str, Any]] = {  # model type -> fields set after shrinking (dotted for sub-configs)
@@ -216,169 +215,27 @@ def reason(err: BaseException) -> str:
     return text[:300] or type(err).__name__
 
 
-# --- size before building --------------------------------------------------------------------
-
-
-def _int(c, *names) -> int:
-    for name in names:
-        try:
-            value = getattr(c, name, None)
-        except Exception:  # a per-layer attribute read globally, a property that needs more config
-            value = None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 0
-
-
-def parameters_estimate(config) -> int:
-    """Parameters a configuration's model would hold, roughly: embeddings, attention and MLP (experts) per layer.
-
-    An upper-order estimate (within a small factor for decoder stacks) used only to refuse a size
-    that cannot fit before anything is allocated.
-    """
-    from transformers import PreTrainedConfig
-
-    total = 0
-    stack = [config]
-    while stack:
-        c = stack.pop()
-        stack.extend(v for v in vars(c).values() if isinstance(v, PreTrainedConfig))
-        width = _int(c, "hidden_size", "d_model", "hidden_dim", "n_embd", "embed_dim")
-        layers = _int(c, *LAYER_COUNTS)
-        vocab = _int(c, "vocab_size")
-        heads = _int(c, "num_attention_heads", "num_heads", "n_head")
-        head_dim = _int(c, "head_dim") or (width // heads if heads else 0)
-        inner = _int(c, "intermediate_size", "ffn_dim", "d_ff") or 4 * width
-        experts = _int(c, "num_experts", "n_routed_experts", "num_local_experts")
-        expert_inner = _int(c, "moe_intermediate_size", "expert_intermediate_size") or inner
-        attention = width * max(heads * head_dim, width) * 4
-        mlp = 3 * width * (inner + experts * expert_inner)
-        total += 2 * vocab * width + layers * (attention + mlp)
-    return total
-
-
-def available_bytes() -> int:
-    """Memory this process could still allocate: MemAvailable where the system says it, else the physical memory."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 40
-
-
-@contextlib.contextmanager
-def address_space(headroom: int):
-    """Cap this process's address space at its current size plus ``headroom`` (Linux): a model that allocates
-    past it fails with an error (a one-line answer, a census row) instead of the process being killed."""
-    try:
-        import resource
-
-        with open("/proc/self/statm", encoding="ascii") as f:
-            size = int(f.read().split()[0]) * resource.getpagesize()
-        previous = resource.getrlimit(resource.RLIMIT_AS)
-        limit = size + headroom
-        if previous[0] != resource.RLIM_INFINITY:
-            limit = min(limit, previous[0])  # inside a tighter cap (the census's), keep it
-        resource.setrlimit(resource.RLIMIT_AS, (limit, previous[1]))
-    except (ImportError, OSError, ValueError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, previous)
-
-
-@dataclass(frozen=True)
-class Size:
-    parameters: int
-    bytes: int
-    available: int
-
-    @property
-    def fits(self) -> bool:
-        return self.bytes * 2 <= self.available  # weights, gradients: twice the weights at least
-
-
-def size(config, itemsize: int) -> Size:
-    n = parameters_estimate(config)
-    return Size(n, n * itemsize, available_bytes())
-
-
-def refuse_if_too_big(config, itemsize: int) -> Size:
-    s = size(config, itemsize)
-    if not s.fits:
-        raise InputError(f"this configuration would hold about {s.parameters:.3g} parameters ({s.bytes / 2**30:.3g} GiB "
-                         f"in {itemsize}-byte weights, twice that with gradients) and {s.available / 2**30:.3g} GiB "
-                         "is available: refused before building")
-    return s
-
-
-# --- repairs: the class's own validation, and one forward, decide -------------------------------
-
-
-def _paths(d: dict, prefix: str = ""):
-    for key, value in d.items():
-        if isinstance(value, dict) and not _per_layer(value, 10**9) and all(isinstance(k, str) for k in value):
-            yield from _paths(value, f"{prefix}{key}.")
-        yield prefix + key, value
-
-
-def _get(d: dict, dotted: str):
-    for part in dotted.split("."):
-        d = d[part]
-    return d
-
-
-def _restore(d: dict, defaults: dict, message: str) -> list[str]:
-    """Set back to their defaults the shrunk fields the validation's message names; the paths restored."""
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
-    restored = []
-    for path, value in list(_paths(d)):
-        name = path.rsplit(".", 1)[-1]
-        if name not in words or isinstance(value, dict):
-            continue
-        try:
-            original = _get(defaults, path)
-        except (KeyError, TypeError):
-            continue
-        if original != value:
-            _set(d, path, original)
-            restored.append(path)
-    return restored
-
-
-def _equal_heads(d: dict) -> bool:
-    """Key/value heads as many as query heads, at every level (MLA and models without grouped heads need it)."""
-    changed = False
-    for path, value in list(_paths(d)):
-        if path.rsplit(".", 1)[-1] == "num_key_value_heads" and isinstance(value, int):
-            prefix = path[: -len("num_key_value_heads")]
-            heads = _get(d, prefix + "num_attention_heads") if prefix + "num_attention_heads" in dict(_paths(d)) else None
-            if isinstance(heads, int) and heads != value:
-                _set(d, path, heads)
-                changed = True
-    return changed
-
-
-def tiny_config(model_type: str, smoke=None, attempts: int = 6):
+def tiny_config(model_type: str, smoke=None, attempts: int = 8, changes: list | None = None):
     """The tiny configuration of ``model_type``, validated by its class and (with ``smoke(config)``) by a forward.
 
-    Where the class or the forward refuses, the shrunk fields its message names go back to their
-    defaults, or the key/value heads to the query heads, and it tries again; the last refusal is raised.
+    Where the class or the forward refuses, the repair its message points at (models/repairs.py) is
+    made and it tries again; the last refusal is raised. ``changes`` receives, in words, every field
+    set other than by shrinking: the type's overrides and each repair, so a report says what ran.
     """
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 
+    from softcapgrad.models import repairs
+
+    changes = [] if changes is None else changes
     cls = CONFIG_MAPPING[model_type]
     d = tiny_dict(model_type)
+    changes.extend(f"{k} = {v!r} (override)" for k, v in OVERRIDES.get(model_type, {}).items())
     defaults = cls().to_dict()
-    heads_equal = False
+    tried: set = set()
+
+    def class_of(level: dict, prefix: str) -> str | None:
+        return cls.__name__ if not prefix else CONFIG_MAPPING_NAMES.get(level.get("model_type"))
+
     for attempt in range(attempts):
         try:
             config = cls(**copy.deepcopy(d))
@@ -394,14 +251,8 @@ def tiny_config(model_type: str, smoke=None, attempts: int = 6):
         except Exception as err:
             if attempt == attempts - 1:
                 raise
-            message = str(err)
-            if not heads_equal and ("head" in message or "size of tensor" in message) and _equal_heads(d):
-                heads_equal = True
-                continue
-            if _restore(d, defaults, message):
-                continue
-            if not heads_equal and _equal_heads(d):
-                heads_equal = True
-                continue
-            raise
+            made = repairs.repair(d, defaults, str(err), class_of, tried)
+            if not made:
+                raise
+            changes.extend(f"{m} (repair)" for m in made)
     raise AssertionError("unreachable")

@@ -73,6 +73,7 @@ class Gate:
     operand: str | None = None  # what the consumer combines it with (the op or linear that made the other input)
     broadcast: tuple = ()  # axes of the consumer's output the gate is broadcast over
     reader: str | None = None  # the projection (parameter) that reads the gated product, if one does soon
+    kind: str = "gate"  # gate | activation (x·σ(αx): its own input scaled) | attention-sink rescale (σ(lse − sink))
     count: int = 1
 
 
@@ -94,6 +95,7 @@ class OpTrace(TorchDispatchMode):
         self.tanhs: list[Tanh] = []
         self.gates: list[Gate] = []
         self._follow: dict = {}  # storage key -> (gate index, cast dtype, depth past the consumer)
+        self._own: dict = {}  # gate index -> storage keys of its input and of what a scalar scaled into it
         self._tanh_out: dict = {}  # storage key of a tanh's output -> its index
         self._stack: list[str] = []
         self._hooks: list = []
@@ -155,8 +157,22 @@ class OpTrace(TorchDispatchMode):
             self.tanhs.append(Tanh(self.module, self._divisor(_key(x)), _dtype(x), tuple(x.shape)))
             self._tanh_out[_key(y)] = len(self.tanhs) - 1
             return
-        self.gates.append(Gate(self.module, fn, self._source(_key(x)), _dtype(x), tuple(y.shape)))
+        k = _key(x)
+        node = self.nodes.get(k)
+        scaled = set(node.inputs) if node is not None and node.op in ("mul", "div") and node.scalars else set()
+        self._own[len(self.gates)] = {k, *scaled}
+        made = self._made_by(k, node=True)
+        kind = "attention-sink rescale" if made is not None and made.op == "sub" and any(
+            self._made_by(i) == "logsumexp" for i in made.inputs) else "gate"
+        self.gates.append(Gate(self.module, fn, self._source(k), _dtype(x), tuple(y.shape), kind=kind))
         self._follow[_key(y)] = (len(self.gates) - 1, None, 0)
+
+    def _made_by(self, k, depth: int = 0, node: bool = False):
+        """The op (or with ``node``, the node) that made the value ``k``, through views and casts."""
+        found = self.nodes.get(k)
+        if found is not None and found.op in PASS and found.inputs and depth < 6:
+            return self._made_by(found.inputs[0], depth + 1, node)
+        return found if node or found is None else found.op
 
     def _rescale(self, name: str, inputs, outs, scalars) -> None:
         """What a tanh's output is first multiplied by (through views and casts): the c of c·tanh(a/c); 0 for none."""
@@ -216,6 +232,8 @@ class OpTrace(TorchDispatchMode):
             gate.broadcast = tuple(a for a, (g, o) in enumerate(zip(pad, out.shape)) if g == 1 and o > 1)
             others = [k for j, k in enumerate(inputs) if j != i and tensors[j].dim() > 0]
             gate.operand = self._source(others[0]) if others else None
+            if name == "mul" and others and others[0] in self._own.get(index, ()) and gate.kind == "gate":
+                gate.kind = "activation"  # x·σ(αx): SiLU, QuickGELU, a clamped GLU
         if name in ("topk", "sort", "argsort", "max") and gate.reader is None:
             gate.reader = name  # it chooses (experts, tokens): a router
             return
@@ -261,5 +279,6 @@ def trace(model, run) -> OpTrace:
     t.keep.clear()
     t.nodes.clear()
     t._follow.clear()
+    t._own.clear()
     return t
 
