@@ -26,7 +26,7 @@ reproduce: $(STAMP)
 	$(PY) -m softcapgrad reproduce --out results
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 census: $(STAMP)
 	$(PY) -m softcapgrad census --out results

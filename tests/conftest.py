@@ -17,11 +17,12 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
 
 @pytest.fixture(scope="session")
 def cli():
-    """Run the app in-process; return (exit code, parsed JSON or None, stdout, stderr)."""
+    """Run the app in-process; return (exit code, parsed JSON or None, stdout, stderr). ``env`` holds variables
+    set for the run alone (COLUMNS is read when the report is printed; a CliRunner's stdout is no terminal)."""
     runner = CliRunner()
 
-    def run(*args: str):
-        result = runner.invoke(app, list(args))
+    def run(*args: str, env: dict | None = None):
+        result = runner.invoke(app, list(args), env=env)
         parsed = None
         if "--json" in args and result.exit_code in (0, 1):
             parsed = json.loads(result.stdout)

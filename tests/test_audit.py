@@ -162,17 +162,12 @@ def test_token_id_files(tmp_path, kind):
     assert torch.equal(audit.read_token_ids(path), ids)
 
 
-def test_answer_leads_and_tables_fit_100_columns():
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "COLUMNS": "100"}
-    proc = subprocess.run([sys.executable, "-m", "softcapgrad", "audit-model", "--model-type", "t5gemma", "--attn", "eager",
-                           "--attn", "sdpa", "--scale-logits", "300"], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert "…" not in proc.stdout and max(len(line) for line in proc.stdout.splitlines()) <= 100
-    assert proc.stdout.startswith("T5GemmaForConditionalGeneration (t5gemma, bfloat16")
+def test_answer_leads_and_tables_fit_100_columns(cli):
+    code, _, out, err = cli("audit-model", "--model-type", "t5gemma", "--attn", "eager", "--attn", "sdpa",
+                            "--scale-logits", "300", env={"COLUMNS": "100"})
+    assert code == 0, err
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 100
+    assert out.startswith("T5GemmaForConditionalGeneration (t5gemma, bfloat16")
 
 
 def test_output_is_deterministic(cli):

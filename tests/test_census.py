@@ -19,10 +19,22 @@ from softcapgrad.models import audit, census, tiny  # noqa: E402
 SAMPLE = ["gemma2", "gemma3_text", "recurrent_gemma", "laguna", "gemma4_text", "paligemma", "t5gemma", "nanochat"]
 
 
+_RUNS: dict = {}  # audit-model's arguments -> (exit code, stdout, stderr): the same tiny audit is run once here
+
+
+def _run(cli, *args) -> tuple[int, str, str]:
+    """``audit-model ARGS --json`` in-process; an invocation another test of this file already made is not repeated
+    (the output is deterministic: tests/test_audit.py runs one twice and compares)."""
+    if args not in _RUNS:
+        code, _, out, err = cli("audit-model", *args, "--json")
+        _RUNS[args] = (code, out, err)
+    return _RUNS[args]
+
+
 def _audit(cli, *args):
-    code, data, out, err = cli("audit-model", *args, "--json")
+    code, out, err = _run(cli, *args)
     assert code == 0, err
-    return data
+    return json.loads(out)
 
 
 def _caps(data) -> dict:
@@ -157,7 +169,7 @@ SLOW = ["videoprism", "mistral_large4", "muse_spark", "inkling2_loop"]  # 10 to 
 
 @pytest.mark.parametrize("model_type", NO_INTERNAL_ERROR)
 def test_no_internal_error(cli, model_type):
-    code, _, out, err = cli("audit-model", "--model-type", model_type, "--attn", "eager")
+    code, out, err = _run(cli, "--model-type", model_type, "--attn", "eager")
     assert code in (0, 2), err
     if code == 2:
         assert out == "" and err.startswith("softcapgrad: error:") and err.strip().count("\n") == 0

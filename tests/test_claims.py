@@ -62,7 +62,8 @@ def test_the_committed_ledger_does_not_depend_on_the_cpu_vector_width():
     """ATen picks its vectorised kernels by CPU capability; the scalar ones must give the same ledger."""
     code = ("import json; from softcapgrad.ledger.verdicts import evaluate; "
             f"print(json.dumps([[getattr(o, k) for k in {LEDGER_KEYS!r}] for o in evaluate()]))")
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default",  # and the compile cache of that capability (conftest.py)
+           "TORCHINDUCTOR_CACHE_DIR": os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "default")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert json.loads(proc.stdout) == _committed_rows()
 

@@ -128,14 +128,13 @@ def test_every_command_leads_with_one_to_three_sentences(cli, argv):
 
 @pytest.mark.parametrize("width", [80, 100])
 @pytest.mark.parametrize("argv", FAST_INVOCATIONS, ids=lambda a: " ".join(a))
-def test_tables_fit_without_cutting_a_number(argv, width):
+def test_tables_fit_without_cutting_a_number(cli, argv, width):
     """Rich cuts an over-wide cell to '…'; no table may need to, at 100 columns or 80 (there tables wrap text or fold)."""
-    env = {**__import__("os").environ, "COLUMNS": str(width)}
-    proc = subprocess.run([sys.executable, "-m", "softcapgrad", *argv], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert "…" not in proc.stdout
-    assert max(len(line) for line in proc.stdout.splitlines()) <= width
-    answer_line = proc.stdout.splitlines()[0]
+    code, _, out, err = cli(*argv, env={"COLUMNS": str(width)})
+    assert code == 0, err
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= width
+    answer_line = out.splitlines()[0]
     assert answer_line[0].isupper() and not answer_line.startswith(("┏", "┌"))
 
 

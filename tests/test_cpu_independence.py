@@ -1,7 +1,7 @@
 """The committed results do not depend on the CPU or on the optional extras.
 
 The ledger and every figure are compared byte for byte with the committed files in this process,
-whatever ATen kernels it uses: `.ci/run` runs this file again under ATEN_CPU_CAPABILITY=default
+whatever ATen kernels it uses: `.ci/run` runs those two tests again under ATEN_CPU_CAPABILITY=default
 (scalar kernels) and =avx2, so an AVX-512 machine checks the two smaller classes too. The ledger is
 also recomputed with jax and transformers hidden, as on an install without the extras.
 """

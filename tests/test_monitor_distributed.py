@@ -48,46 +48,52 @@ def _brute_force(rank: int) -> dict:
     return _expected(capture)
 
 
-def _worker(rank: int, port: int, wrap: str, out: str) -> None:
+WRAPS = ("plain", "ddp", "fsdp2")
+
+
+def _worker(rank: int, port: int, out: str) -> None:
+    """Every wrap in turn on one process group: two ranks started once, not once per wrap."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
         expected = _sum([_brute_force(r) for r in range(WORLD)])
-        model = confident(tiny("gemma2"))
-        if wrap == "ddp":
-            model = torch.nn.parallel.DistributedDataParallel(model)
-        elif wrap == "fsdp2":
-            from torch.distributed.fsdp import fully_shard
+        own = _brute_force(rank)
+        for wrap in WRAPS:
+            model = confident(tiny("gemma2"))
+            if wrap == "ddp":
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            elif wrap == "fsdp2":
+                from torch.distributed.fsdp import fully_shard
 
-            for layer in model.model.layers:
-                fully_shard(layer)
-            fully_shard(model)
-        monitor = DeadZoneMonitor()
-        with monitor:
-            _step(model, _batch(rank))
-        mine = _rows(monitor)
-        monitor.all_reduce()
-        total = _rows(monitor)
-        with pytest.raises(RuntimeError, match="already called"):  # a second sum would count the others twice
+                for layer in model.model.layers:
+                    fully_shard(layer)
+                fully_shard(model)
+            monitor = DeadZoneMonitor()
+            with monitor:
+                _step(model, _batch(rank))
+            mine = _rows(monitor)
             monitor.all_reduce()
-        result = {"mine": mine, "total": total, "expected": expected, "own": _brute_force(rank),
-                  "table": monitor.table(width=100), "dtypes": sorted({r.dtype for r in monitor.rows()})}
-        torch.save(result, os.path.join(out, f"rank{rank}.pt"))
+            total = _rows(monitor)
+            with pytest.raises(RuntimeError, match="already called"):  # a second sum would count the others twice
+                monitor.all_reduce()
+            result = {"mine": mine, "total": total, "expected": expected, "own": own,
+                      "table": monitor.table(width=100), "dtypes": sorted({r.dtype for r in monitor.rows()})}
+            torch.save(result, os.path.join(out, f"{wrap}-rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("wrap", ["plain", "ddp", "fsdp2"])
-def test_all_reduce_sums_both_ranks(wrap, tmp_path):
-    mp.spawn(_worker, args=(_port(), wrap, str(tmp_path)), nprocs=WORLD, join=True)
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
-    for result in results:
-        assert result["mine"] == result["own"]
-        assert result["total"] == result["expected"]
-        assert result["dtypes"] == ["bfloat16"]
-    assert results[0]["total"] == results[1]["total"] and results[0]["table"] == results[1]["table"]
-    assert results[0]["mine"] != results[1]["mine"]  # each rank saw its own data
-    zero = sum(z for *_, z, _ in results[0]["total"].values())
-    assert zero > 0
+def test_all_reduce_sums_both_ranks(tmp_path):
+    mp.spawn(_worker, args=(_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    for wrap in WRAPS:
+        results = [torch.load(tmp_path / f"{wrap}-rank{r}.pt") for r in range(WORLD)]
+        for result in results:
+            assert result["mine"] == result["own"], wrap
+            assert result["total"] == result["expected"], wrap
+            assert result["dtypes"] == ["bfloat16"], wrap
+        assert results[0]["total"] == results[1]["total"] and results[0]["table"] == results[1]["table"], wrap
+        assert results[0]["mine"] != results[1]["mine"], wrap  # each rank saw its own data
+        zero = sum(z for *_, z, _ in results[0]["total"].values())
+        assert zero > 0, wrap

@@ -19,17 +19,12 @@ from softcapgrad.core import files
 RUN = [sys.executable, "-m", "softcapgrad"]
 
 
-def _run(*args, env=None, **kw):
-    return subprocess.run([*RUN, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=300, **kw)
-
-
 @pytest.mark.parametrize("columns", ["0", "-3", "abc", "", "5", "100000"])
-def test_odd_columns_still_print_the_answer(columns):
-    proc = _run("ratchet", env={"COLUMNS": columns})
-    assert proc.returncode == 0 and proc.stderr == ""
-    assert proc.stdout.startswith("To express z = 0.9c")
-    assert "44.17" in proc.stdout and "0.190000000" in proc.stdout  # the answer and the table's numbers
+def test_odd_columns_still_print_the_answer(cli, columns):
+    code, _, stdout, stderr = cli("ratchet", env={"COLUMNS": columns})
+    assert code == 0 and stderr == ""
+    assert stdout.startswith("To express z = 0.9c")
+    assert "44.17" in stdout and "0.190000000" in stdout  # the answer and the table's numbers
 
 
 def test_width_rules():
@@ -84,17 +79,16 @@ def test_plot_keeps_the_umask(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["stacks"], ["horizon", "--path", "all"], ["knee", "--dtype", "all", "--backend", "all"]])
-def test_tables_wrap_or_fold_at_80_columns_never_crop(argv):
-    proc = _run(*argv, env={"COLUMNS": "80"})
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert max(len(line) for line in lines) <= 80 and "…" not in proc.stdout
-    wide = _run(*argv, "--json")
-    data = json.loads(wide.stdout)
+def test_tables_wrap_or_fold_at_80_columns_never_crop(cli, argv):
+    code, _, stdout, stderr = cli(*argv, env={"COLUMNS": "80"})
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in stdout
+    data = cli(*argv, "--json")[1]
     for row in data["rows"]:  # every path a table row names is printed whole
         name = row.get("path") or row.get("dtype")
         if name:
-            assert name in proc.stdout
+            assert name in stdout
 
 
 def test_a_table_too_wide_to_wrap_folds_one_block_per_row():

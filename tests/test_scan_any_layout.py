@@ -69,36 +69,44 @@ def test_a_saved_parameter_is_scanned_like_its_tensor(cli, tmp_path):
     _same_scan(_scan(cli, tmp_path / "param.pt"), _scan(cli, tmp_path / "plain.pt"))
 
 
-@pytest.mark.parametrize("kind", [".npy", ".safetensors", ".pt"])
-def test_a_file_cut_short_while_it_is_read_is_one_line_not_a_signal(tmp_path, kind):
-    """The file is opened, then truncated before its data is read, as a writer that rewrites it would do.
+KINDS = (".npy", ".safetensors", ".pt")
 
-    Run in a child process: a memory-mapped read of the lost pages would kill it with SIGBUS."""
+
+def test_a_file_cut_short_while_it_is_read_is_one_line_not_a_signal(tmp_path):
+    """Each kind of file is opened, then truncated before its data is read, as a writer that rewrites it would do.
+
+    Run in one child process, one line per kind: a memory-mapped read of the lost pages would kill it with SIGBUS."""
     code = f"""
 import os, sys
 import numpy as np, torch
 from softcapgrad.core.checks import InputError
 from softcapgrad.files import scan, tensorfiles
-path = {str(tmp_path / ("big" + kind))!r}
-values = np.linspace(-200, 200, 3 * tensorfiles.CHUNK, dtype=np.float32)
-if path.endswith(".npy"):
-    np.save(path, values)
-elif path.endswith(".pt"):
-    torch.save({{"x": torch.from_numpy(values)}}, path)
-else:
-    from safetensors.numpy import save_file
-    save_file({{"x": values}}, path)
 from pathlib import Path
-sources = scan.open_sources(Path(path))
-os.truncate(path, os.path.getsize(path) // 2)
-try:
-    scan.scan_sources(sources, 30.0, scan.dead_zones(["torch-eager-cpu"], 30.0))
-except InputError as err:
-    print("refused:", err)
+for kind in {KINDS!r}:
+    path = os.path.join({str(tmp_path)!r}, "big" + kind)
+    values = np.linspace(-200, 200, 3 * tensorfiles.CHUNK, dtype=np.float32)
+    if path.endswith(".npy"):
+        np.save(path, values)
+    elif path.endswith(".pt"):
+        torch.save({{"x": torch.from_numpy(values)}}, path)
+    else:
+        from safetensors.numpy import save_file
+        save_file({{"x": values}}, path)
+    sources = scan.open_sources(Path(path))
+    os.truncate(path, os.path.getsize(path) // 2)
+    try:
+        scan.scan_sources(sources, 30.0, scan.dead_zones(["torch-eager-cpu"], 30.0))
+    except InputError as err:
+        print(kind, "refused:", err, flush=True)
+    else:
+        print(kind, "read", flush=True)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
-    assert proc.stdout.startswith("refused:") and "cut short" in proc.stdout
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-500:])
+    lines = proc.stdout.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == list(KINDS), proc.stdout
+    for kind, line in zip(KINDS, lines):
+        assert line.startswith(f"{kind} refused:") and "cut short" in line, line
 
 
 def test_infinity_is_the_largest_magnitude_in_the_answer(cli, tmp_path):
