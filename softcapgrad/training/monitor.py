@@ -47,13 +47,13 @@ import torch
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from softcapgrad.core.report import Report, Table, render_table
+from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph, ranks
 from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
 )
 from softcapgrad.training.sited import SiteWatch
-from softcapgrad.training.tally import Site, SiteRow, _add, _largest, _past, _stuck, _Tally, _zero_grads
+from softcapgrad.training.tally import Site, SiteRow, rows_report, _add, _largest, _past, _stuck, _Tally, _zero_grads
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -365,51 +365,9 @@ class DeadZoneMonitor(TorchDispatchMode):
         return rows
 
     def report(self) -> Report:
-        rows = [asdict(r) for r in self.rows()]
-        hidden = self.hidden()
-        eager = [r for r in rows if not r["path"].startswith("torch-compile")]
-        compiled = [r for r in rows if r["path"].startswith("torch-compile")]
-        answer = []
-        if eager:
-            low = [r for r in eager if r["dtype"] in ("bfloat16", "float16")]
-            answer.append(
-                f"{len(eager)} tanh/sigmoid call site{'s' if len(eager) != 1 else ''} ran outside compiled code "
-                f"({sum(r['count'] for r in eager):,} elements, {len(low)} in bf16/fp16); "
-                f"{sum(r['saturated'] for r in eager):,} elements were stored as exactly ±1 (0 or 1) and "
-                f"{sum(r['zero_grad'] or 0 for r in eager):,} received an exactly-zero gradient from a non-zero upstream.")
-        if compiled:
-            unknown = [r for r in compiled if r["dead"] is None]
-            answer.append(
-                f"{len(compiled)} call site{'s' if len(compiled) != 1 else ''} inside compiled code "
-                f"{'were' if len(compiled) != 1 else 'was'} counted in the "
-                f"graph ({sum(r['count'] for r in compiled):,} elements); {sum(r['dead'] or 0 for r in compiled):,} "
-                "had an input past their compiled path's first zero-gradient input" +
-                (f" ({len(unknown)} site{'s' if len(unknown) != 1 else ''} on a path with no measured first zero)"
-                 if unknown else "") + ".")
-        if not rows:
-            answer.append("No tanh or sigmoid ran" + (": nothing was counted." if hidden else "."))
-        if hidden:
-            answer.append(hidden[0].upper() + hidden[1:] + ".")
-        return Report(
-            command="monitor",
-            params={"compiled_regions": self.compiled_regions, "steps_watched": self.watched, "all_reduced": self._reduced},
-            tables=(
-                Table("rows", "tanh and sigmoid per module and call site", rows, show=False),
-                Table("where", "where each tanh / sigmoid ran", rows,
-                      ("module", "fn", "dtype", "path", "cap", "first_zero_grad_input"), wide=("site", "source"),
-                      json=False),
-                Table("counts", "what it did", rows, ("module", "count", "saturated", "dead", "zero_grad", "max_abs"),
-                      wide=("calls", "recomputed", "backward_count", "max_abs_input", "dead_fraction"), json=False),
-            ),
-            notes=(
-                "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the "
-                "upstream gradient was not; dead: elements past the path's first zero-gradient input (eager: the "
-                "saturated ones; compiled: counted on the cap's input inside the graph)",
-                "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of "
-                "the tanh input when no cap was seen)",
-            ),
-            answer=tuple(answer),
-        )
+        return rows_report([asdict(r) for r in self.rows()], self.hidden(),
+                           {"compiled_regions": self.compiled_regions, "steps_watched": self.watched,
+                            "all_reduced": self._reduced})
 
     def table(self, width: int = 100, wide: bool = False) -> str:
         """The report as text, as the command line prints it."""

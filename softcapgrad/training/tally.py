@@ -1,11 +1,13 @@
 """What the monitor counts per site: the site's key, its running sums (tensors on the op's device, no
-host sync per op), and the row a report shows."""
+host sync per op), the row a report shows, and the report from its rows."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from softcapgrad.core.report import Report, Table
 
 
 @dataclass(frozen=True)
@@ -127,3 +129,50 @@ class SiteRow:
     source: str
     saturated_fraction: float | None
     dead_fraction: float | None
+
+
+def rows_report(rows: list[dict], hidden: str | None, params: dict) -> Report:
+    """The monitor's report from its rows: the answer in plain sentences, where each cap ran, what it did."""
+    eager = [r for r in rows if not r["path"].startswith("torch-compile")]
+    compiled = [r for r in rows if r["path"].startswith("torch-compile")]
+    answer = []
+    if eager:
+        low = [r for r in eager if r["dtype"] in ("bfloat16", "float16")]
+        answer.append(
+            f"{len(eager)} tanh/sigmoid call site{'s' if len(eager) != 1 else ''} ran outside compiled code "
+            f"({sum(r['count'] for r in eager):,} elements, {len(low)} in bf16/fp16); "
+            f"{sum(r['saturated'] for r in eager):,} elements were stored as exactly ±1 (0 or 1) and "
+            f"{sum(r['zero_grad'] or 0 for r in eager):,} received an exactly-zero gradient from a non-zero upstream.")
+    if compiled:
+        unknown = [r for r in compiled if r["dead"] is None]
+        answer.append(
+            f"{len(compiled)} call site{'s' if len(compiled) != 1 else ''} inside compiled code "
+            f"{'were' if len(compiled) != 1 else 'was'} counted in the "
+            f"graph ({sum(r['count'] for r in compiled):,} elements); {sum(r['dead'] or 0 for r in compiled):,} "
+            "had an input past their compiled path's first zero-gradient input" +
+            (f" ({len(unknown)} site{'s' if len(unknown) != 1 else ''} on a path with no measured first zero)"
+             if unknown else "") + ".")
+    if not rows:
+        answer.append("No tanh or sigmoid ran" + (": nothing was counted." if hidden else "."))
+    if hidden:
+        answer.append(hidden[0].upper() + hidden[1:] + ".")
+    return Report(
+        command="monitor",
+        params=params,
+        tables=(
+            Table("rows", "tanh and sigmoid per module and call site", rows, show=False),
+            Table("where", "where each tanh / sigmoid ran", rows,
+                  ("module", "fn", "dtype", "path", "cap", "first_zero_grad_input"), wide=("site", "source"),
+                  json=False),
+            Table("counts", "what it did", rows, ("module", "count", "saturated", "dead", "zero_grad", "max_abs"),
+                  wide=("calls", "recomputed", "backward_count", "max_abs_input", "dead_fraction"), json=False),
+        ),
+        notes=(
+            "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the "
+            "upstream gradient was not; dead: elements past the path's first zero-gradient input (eager: the "
+            "saturated ones; compiled: counted on the cap's input inside the graph)",
+            "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of "
+            "the tanh input when no cap was seen)",
+        ),
+        answer=tuple(answer),
+    )
