@@ -92,3 +92,17 @@ def test_the_command_never_reads_stdin(monkeypatch):
 
     with no_stdin(), pytest.raises(EOFError):
         input()
+
+
+@pytest.mark.parametrize("command", [("experiment", "--quick", "--model"), ("parity", "--engine", "onnx")])
+def test_other_commands_reading_a_model_directory_run_none_of_its_code(tmp_path, command):
+    """experiment --model DIR and parity DIR read the directory through the same door: refused, nothing run."""
+    marker = _plant(tmp_path / "m", {"model_type": "evilnet", "hidden_size": 64})
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"")  # so the refusal is about the code, not the weights
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    argv = [*command, str(tmp_path / "m")] if command[0] == "experiment" else [command[0], str(tmp_path / "m"), *command[1:]]
+    done = subprocess.run([sys.executable, "-m", "softcapgrad", *argv], input="y\n", env=env, capture_output=True,
+                          text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1 and "evilnet" in done.stderr, done.stderr
+    assert not marker.exists()

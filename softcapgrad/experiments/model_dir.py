@@ -25,7 +25,7 @@ def needed_bytes(parameters: int, arms: int) -> int:
 
 def load(directory: Path, design: Design) -> tuple[Design, object, dict, str]:
     """(the design with the model's caps and vocabulary, its untied config, its fp32 weights, a name)."""
-    from softcapgrad.models.audit import directory_config
+    from softcapgrad.models.source import directory_config
     from softcapgrad.models.tiny import available_bytes, parameters_estimate
 
     directory = Path(directory)
@@ -34,7 +34,7 @@ def load(directory: Path, design: Design) -> tuple[Design, object, dict, str]:
     if not any((directory / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
         raise InputError(f"--model {directory}: no model.safetensors there; only safetensors weights are read "
                          "(pickled .bin files are never opened)")
-    config = directory_config(directory, {})
+    config, _ = directory_config(directory, {})  # config.json as data: an unknown type refused, an auto_map dropped
     text = getattr(config, "get_text_config", lambda: config)()
     final = getattr(text, "final_logit_softcapping", None)
     if not final:
