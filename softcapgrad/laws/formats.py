@@ -102,12 +102,9 @@ def finfo(dtype: np.dtype):
 
 
 def bit_width(dtype: np.dtype) -> int:
-    """Storage bits that carry a value: 4 and 6 for fp4/fp6, which ml_dtypes keeps in a byte."""
-    name = dtype.name
-    for prefix, bits in (("float4", 4), ("float6", 6)):
-        if name.startswith(prefix):
-            return bits
-    return dtype.itemsize * 8
+    """Storage bits that carry a value, as the format's finfo gives them (4 and 6 for fp4/fp6, which ml_dtypes
+    keeps in a byte; 64 for float64, which a match on the name's prefix once read as fp6)."""
+    return int(ml_dtypes.finfo(dtype).bits)
 
 
 @dataclass(frozen=True)
