@@ -119,11 +119,17 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
     """Inputs of the kind ``cls`` reads; ``ids`` are the token ids when it reads tokens."""
     import torch
 
+    from softcapgrad.models.families import INPUTS
+
     name = needs(cls)
+    g = torch.Generator().manual_seed(seed)
+    feed = INPUTS.get(config.model_type)
+    if feed is not None:  # a model type whose inputs the rules below miss
+        kwargs = feed(cls, config, ids, g)
+        return Inputs(kwargs, "labels" in kwargs)
     params = inspect.signature(cls.forward).parameters
     required = {n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "self"
                 and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
-    g = torch.Generator().manual_seed(seed)
     batch = ids.shape[0]
     if required & set(QUESTIONS):  # a decision head over one prompt: its questions' marks, options and types
         return Inputs({"input_ids": ids, **{k: make(ids) for k, make in QUESTIONS.items() if k in params}}, False)

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from softcapgrad.core.checks import InputError
+from softcapgrad.models.families import OVERRIDES as FAMILY_OVERRIDES
 from softcapgrad.models.sizes import (  # noqa: F401 -- the old addresses of the size checks
     address_space, available_bytes, LAYER_COUNTS, parameters_estimate, refuse_if_too_big, refuse_if_too_big_dict, size,
     Size,
@@ -49,15 +50,7 @@ SIZES = {  # field -> its tiny value (a field is only ever shrunk, never grown)
 NOT_SIZES = ("_id", "_index", "token", "eps", "layers", "window", "seed", "scalar")  # never shrunk as an alias of a size
 MIN_LAYERS = 2
 TINY_LIMIT = 20_000_000  # parameters: a repaired tiny configuration past this is refused, not built
-OVERRIDES: dict[str, dict[str, Any]] = {  # model type -> fields set after shrinking (dotted for sub-configs)
-    # transformers' native mLSTM step sizes its state by the value head dim: q/k heads as wide as v heads
-    "xlstm": {"qk_dim_factor": 1.0},
-    # PaliGemma reads the cap from its text model's config: PaliGemma 2's Gemma 2 text model has one
-    "paligemma": {"text_config.model_type": "gemma2"},
-    # its decoder layers build an expert router whatever the config says: give it experts
-    "diffusion_gemma": {"text_config.num_experts": EXPERTS, "text_config.top_k_experts": 2,
-                        "text_config.moe_intermediate_size": INTER},
-}
+OVERRIDES = FAMILY_OVERRIDES  # model type -> fields set after shrinking (dotted for sub-configs): models/families/
 
 
 def _pick_layers(d: dict, count: int) -> list[int]:
