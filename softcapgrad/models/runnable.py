@@ -88,8 +88,19 @@ def headless(cls) -> bool:
     return cls.__name__ not in heads
 
 
+KNOWN = ("input_ids", "pixel_values", "pixel_values_videos", "input_features", "input_values", "audio_mel")
+
+
 def needs(cls) -> str:
-    return getattr(cls, "main_input_name", "input_ids")
+    """The input ``cls`` reads: its ``main_input_name``; where that is a name its forward does not take (a vision
+    tower that keeps the library's default ``input_ids``), its forward's first required input of a kind fed here."""
+    name = getattr(cls, "main_input_name", "input_ids")
+    params = inspect.signature(cls.forward).parameters
+    if not isinstance(name, str) or name in params:
+        return name
+    first = next((n for n, p in params.items() if n != "self" and p.default is inspect.Parameter.empty
+                  and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)), None)
+    return first if first in KNOWN else name
 
 
 def _first(config, *names, default: int) -> int:
