@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 GRID = 4  # side of a feature map fed to a sub-module: 16 positions, past any window of one
-MEL_FRAMES = 16  # mel frames of a vocoder's spectrogram
+MEL_FRAMES = 8  # mel frames of a vocoder's spectrogram: 2048 samples after its 256-fold upsampling
 
 
 def _width(config, *names: str, default: int = 64) -> int:
@@ -84,7 +84,8 @@ def oneformer(cls, config, ids, g) -> dict:
 def detr_encoder(cls, config, ids, g) -> dict:
     """SAM 3's DETR encoder: one level of vision features and its position encoding ``(batch, W, side, side)``,
     and the prompt's features ``(batch, tokens, W)``. The levels come as one stacked tensor ``(1, batch, W, side,
-    side)``: the encoder only indexes and iterates them, as it would the list of one level its model passes."""
+    side)``, one tensor the audit casts to the model's format like any input: the encoder only indexes and iterates
+    them, as it would the list of one level its model passes."""
     import torch
 
     batch, tokens = ids.shape
@@ -109,7 +110,7 @@ def detr_decoder(cls, config, ids, g) -> dict:
 def mask_decoder(cls, config, ids, g) -> dict:
     """SAM 3's mask decoder: the DETR decoder's queries, the backbone's levels (one more than its upsampling stages)
     and the encoder's states, whose first side² positions replace the last level. The levels come stacked, all
-    ``side × side``: the pixel decoder indexes, slices and iterates them and interpolates each to the next one's size
+    ``side × side``, one tensor the audit casts like any input: the pixel decoder indexes, slices and iterates them and interpolates each to the next one's size
     (here the same size), so every one of its stages runs."""
     import torch
 
@@ -123,6 +124,21 @@ def mask_decoder(cls, config, ids, g) -> dict:
             "prompt_mask": torch.ones(batch, tokens, dtype=torch.bool)}
 
 
+def inference_only(cls, config, ids, g) -> dict:
+    """Refuses, with the reason: a video model whose forward transformers runs under ``torch.inference_mode()``.
+
+    An inference session built from tensors alone (the frames, one point prompt for one object) does run a
+    tracker's forward in evaluation, but nothing it returns carries a gradient, so the audit's backward has
+    nothing to differentiate; a tracker's forward in training mode also reads ``object_score_logits``, which
+    only evaluation stores. Feeding it would make a row of refused runs, not an audit."""
+    from softcapgrad.core.checks import InputError
+
+    tracker = "" if config.model_type == "sam3_video" else (
+        "; in training mode it reads object_score_logits, which only evaluation stores")
+    raise InputError(f"Training of {cls.__name__} is impossible: transformers runs its forward under "
+                     f"torch.inference_mode() (no gradient reaches a weight, no backward runs){tracker}")
+
+
 VOCODER = {"upsample_initial_channel": 64}  # a HiFi-GAN's width has a name the shrink does not know: 512 channels
 # (12.6 M parameters, the costliest tiny row) where 64 halve alike through its four upsampling stages
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -130,6 +146,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "fastspeech2_conformer_hifigan": VOCODER,
 }
 INPUTS: dict[str, Callable] = {
+    **dict.fromkeys(("edgetam_video", "sam2_video", "sam3_tracker_video", "sam3_video"), inference_only),
     "patchtsmixer": series(channels="num_input_channels"),
     "patchtst": series(channels="num_input_channels"),
     "timesfm": series(channels=None, extra=_timesfm_extra),
