@@ -206,6 +206,7 @@ REFUSALS = (  # a phrase of the reason -> the kind of refusal
     ("which is not installed here", "a package not installed here"),
     ("_forward_unimplemented", "a class without a forward of its own (a tokenizer, a generate-only wrapper)"),
     ("inference_session", "inputs the audit does not build"),
+    ("under torch.inference_mode()", "an inference-only forward (no backward can run)"),
     ("Training of", "no training mode"),
     ("must be provided to run in training mode", "no training mode"),
     ("no tiny configuration found", "no tiny configuration under the parameter limit"),
