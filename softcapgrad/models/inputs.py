@@ -68,6 +68,8 @@ def text_tokens(config) -> int:
     from softcapgrad.models.tiny import _is_token
 
     vocab = vocabulary(config)
+    if vocab <= 1:  # no vocabulary (a codec, a vocoder): the ids only give the batch its shape, a pad id 0 no limit
+        return 1
     special = [v for _, c in _configs(config) for name, v in vars(c).items()
                if _is_token(name) and isinstance(v, int) and not isinstance(v, bool) and vocab // 2 <= v < vocab]
     return min([vocab, *special])
