@@ -60,7 +60,8 @@ def _pick_layers(d: dict, count: int) -> list[int]:
     shared = d.get("num_kv_shared_layers") if isinstance(d.get("num_kv_shared_layers"), int) else 0
     seen, keep = set(), []
     for i in range(count):
-        kind = json.dumps([lists[k][i] for k in sorted(lists)] + [str(i) in map(str, dicts[k]) for k in sorted(dicts)]
+        kind = json.dumps([_kind(lists[k], i, count) for k in sorted(lists)]
+                          + [str(i) in map(str, dicts[k]) for k in sorted(dicts)]
                           + [i >= count - shared if shared else False],
                           default=str, sort_keys=True)
         if kind not in seen:
@@ -72,6 +73,23 @@ def _pick_layers(d: dict, count: int) -> list[int]:
         if i not in keep:
             keep.append(i)
     return sorted(keep)
+
+
+def _layer_refs(value, count: int) -> bool:
+    """A per-layer list of layer indices, each layer naming an earlier (or its own) layer that names itself: the
+    layer whose cache it reads; or every layer's index, a set of layers that holds them all (MoE layers). A flag
+    list of 0s and 1s names layer 1 at layer 0, a later one, so it is not one."""
+    return (isinstance(value, list) and len(value) == count and count > 1
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= i for i, v in enumerate(value))
+            and all(value[v] == v for v in value) and any(v == i for i, v in enumerate(value) if i))
+
+
+def _kind(value: list, i: int, count: int):
+    """What layer ``i``'s entry says of its kind: the value, but for a list of layer indices whether the layer owns
+    what it names, and whether later layers name it (every index differs, the kinds do not)."""
+    if not _layer_refs(value, count):
+        return value[i]
+    return ["own" if value[i] == i else "reuses", i in value[i + 1:]]
 
 
 def _per_layer(value, count: int) -> bool:
@@ -152,10 +170,13 @@ def shrink(d: dict, aliases: dict | None = None, ids: dict | None = None) -> dic
         pattern = max((len(v) for v in d.values() if isinstance(v, list) and 1 < len(v) < count
                        and all(isinstance(x, str) for x in v)), default=0)  # a repeating block pattern
         keep += [i for i in range(count) if i not in keep][: max(0, pattern - len(keep))]
-        keep = sorted(keep)
+        refs = [v for v in d.values() if _layer_refs(v, count)]
+        keep = sorted(set(keep) | {v[i] for v in refs for i in keep})  # a kept layer's source layer kept too
         out[name] = len(keep)
         for key, value in d.items():
-            if isinstance(value, list) and len(value) == count:
+            if _layer_refs(value, count):  # layer indices renumbered to the kept layers'
+                out[key] = [keep.index(out[key][i]) for i in keep]
+            elif isinstance(value, list) and len(value) == count:
                 out[key] = [out[key][i] for i in keep]
             elif _per_layer(value, count):
                 out[key] = {keep.index(_index(i, count)): out[key][i] for i in value if _index(i, count) in keep}
