@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -269,6 +270,17 @@ class Audit:
     gates: list  # contracts.Contract
     runs: list[Run]
     verdicts: dict[int, dict[str, str]]  # index into caps -> implementation -> verdict
+
+
+MIXED_FORMATS = "in bfloat16 the model meets float32 tensors it makes itself, which bfloat16 weights refuse"
+
+
+def mixes_formats(message: str) -> bool:
+    """The refusal of a model that makes float32 tensors of its own whatever its weights' format (a vocoder's
+    fixed filters, a length regulator): it runs in float32 only, which is how transformers itself runs it."""
+    return bool(re.search(r"expected scalar type BFloat16 but found Float|\(float\) and bias type \(c10::BFloat16\)"
+                          r"|expected scalar type Float but found BFloat16|\(c10::BFloat16\) and bias type \(float\)"
+                          r"|mat1 and mat2 must have the same dtype|mixed dtype \(CPU\): expect parameter to have scalar type", message))
 
 
 def audit(src: Source, implementations: list[str], batch: Batch, dtype_name: str) -> Audit:

@@ -139,10 +139,17 @@ def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: f
                 return row("cannot build", str(err))
             src = audit.Source(config, None, False, changes=tuple(changes))
             ids = torch.randint(0, audit.text_tokens(src.config), SHAPE, generator=torch.Generator().manual_seed(0))
+            batch = audit.Batch(ids, 1.0, None, 0, "cpu")
             try:
-                result = audit.audit(src, list(implementations), audit.Batch(ids, 1.0, None, 0, "cpu"), "bfloat16")
+                result = audit.audit(src, list(implementations), batch, "bfloat16")
             except InputError as err:
-                return row("cannot run", str(err))
+                if not audit.mixes_formats(str(err)):
+                    return row("cannot run", str(err))
+                changes.append(f"run in float32: {audit.MIXED_FORMATS} ({_clean(str(err)).split(': ', 1)[-1]})")
+                try:
+                    result = audit.audit(src, list(implementations), batch, "float32")
+                except InputError as err2:
+                    return row("cannot run", str(err2))
         sites = site_rows(result)
         caps = []
         for c in config_rows(result):
