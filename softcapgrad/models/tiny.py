@@ -223,6 +223,9 @@ def tiny_dict(model_type: str) -> dict:
 def reason(err: BaseException) -> str:
     """An exception as one line: the validation's own words, without the library's wrapper."""
     text = " ".join(str(err).split())
+    if isinstance(err, KeyError) and err.args and err.args[0] in ("eager", "sdpa"):  # a bare KeyError says nothing
+        return (f"its attention reads the library's attention functions under {err.args[0]!r}, which has no such "
+                f"entry: the model has no {err.args[0]} path (KeyError {text})")
     for wrapper in ("Class validation error for validator", "Validation error for field"):
         if text.startswith(wrapper):
             text = text.split(": ", 1)[-1]
