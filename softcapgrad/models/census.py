@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from softcapgrad.core.checks import InputError
+from softcapgrad.models.census_kinds import REFUSALS, SHAPE, _kind, refusal_kind  # noqa: F401 -- old addresses
 from softcapgrad.models.tiny import address_space
 
 IMPLEMENTATIONS = ("eager", "sdpa")  # flex_attention compiles per model (minutes on a CPU); flash-attn needs CUDA
 OPS = {"tanh": r"\btanh\(", "softplus": r"softplus", "sigmoid": r"\bsigmoid\("}
-SHAPE = (2, 8)  # batch and tokens of the census's own forward and backward
 CPU_SECONDS = 120  # one model type's budget in CPU time (user + system), not wall-clock time: the same on a busy
 # machine. The costliest tiny row takes about 20 s of CPU; a row past six times that is a model that is not tiny.
 SECONDS = CPU_SECONDS  # the old name
@@ -205,32 +205,6 @@ class Census:
 
     def dead(self) -> list[tuple[str, str, float | None]]:
         return [(r.model_type, c["field"], c["cap"]) for r in self.rows for c in r.caps if c["status"] == "dead config"]
-
-
-REFUSALS = (  # a phrase of the reason -> the kind of refusal
-    ("no model class", "a configuration without a model class"),
-    ("the audit feeds token ids", "inputs that are not tokens, images, audio or video"),
-    ("which is not installed here", "a package not installed here"),
-    ("_forward_unimplemented", "a class without a forward of its own (a tokenizer, a generate-only wrapper)"),
-    ("inference_session", "inputs the audit does not build"),
-    ("under torch.inference_mode()", "an inference-only forward (no backward can run)"),
-    ("the model has no eager path", "no eager attention (the audit's tracing runs eager)"),
-    ("Training of", "no training mode"),
-    ("must be provided to run in training mode", "no training mode"),
-    ("no tiny configuration found", "no tiny configuration under the parameter limit"),
-    ("missing", "inputs the audit does not build"),
-    ("does not validate or run", "a tiny configuration its class or forward refuses"),
-)
-
-
-def refusal_kind(r: Row) -> str:
-    if r.status in ("timed out", "internal error"):
-        return r.status
-    return next((kind for phrase, kind in REFUSALS if phrase in r.reason), "refused at run")
-
-
-def _kind(g: dict) -> str:
-    return g.get("kind", "gate")
 
 
 def census(model_types: list[str] | None = None, implementations=IMPLEMENTATIONS, seconds: float = CPU_SECONDS,

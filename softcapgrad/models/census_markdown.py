@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from softcapgrad.models.census import SHAPE, Census, _kind, refusal_kind
+from softcapgrad.models.census_kinds import SHAPE, _kind, refusal_kind
 
 
 def _cell(value) -> str:
@@ -13,8 +13,8 @@ def _cell(value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def markdown(c: Census) -> str:
-    """results/census.md: the counts, the caps per model type, the gate contracts, the model types not audited."""
+def markdown(c) -> str:
+    """results/census.md of a ``census.Census``: the counts, the caps per model type, the gate contracts, the model types not audited."""
     counts = c.counts()
     impl = list(c.implementations)
     lines = [
