@@ -13,6 +13,7 @@ REFUSALS = (  # a phrase of the reason -> the kind of refusal
     ("inference_session", "inputs the audit does not build"),
     ("under torch.inference_mode()", "an inference-only forward (no backward can run)"),
     ("the model has no eager path", "no eager attention (the audit's tracing runs eager)"),
+    ("no floating-point output to compare", "an output of integer codes only (nothing to differentiate)"),
     ("Training of", "no training mode"),
     ("must be provided to run in training mode", "no training mode"),
     ("no tiny configuration found", "no tiny configuration under the parameter limit"),
