@@ -2,7 +2,7 @@
 
 `make bench` runs every section; `python benchmarks/bench.py startup scan` runs the named ones, and
 BENCH_SCAN_MIB=128,512 picks the scan's file sizes (default 128, 512 and 1024 MiB), BENCH_MONITOR_SIZES=tiny
-the monitor's models (default tiny,larger). A candidate and
+the monitor's models (default tiny,larger) and BENCH_MONITOR_REPEAT=31 its rounds (default 7). A candidate and
 its baseline run interleaved (A, B, A, B, ...) and each figure is the median of its runs, so load
 from other processes on a shared machine falls on both alike. Every line gives the candidate's
 figure, the baseline's, their ratio, the target and whether this run met it.
@@ -52,9 +52,11 @@ class Figure:
 
 
 def interleaved(runs: dict[str, Callable[[], object]], repeat: int, before: Callable[[str], None] | None = None,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+                clock: Callable[[], float] = time.perf_counter, samples: dict[str, list[float]] | None = None,
+                ) -> dict[str, float]:
     """Median seconds of each callable, run in turn ``repeat`` times; ``before(name)`` runs untimed first.
-    ``clock=time.process_time``: this process's CPU seconds, which other processes' load inflates less."""
+    ``clock=time.process_time``: this process's CPU seconds, which other processes' load inflates less.
+    ``samples``, when given, receives every run's seconds (in round order, for paired differences)."""
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeat):
         for name, fn in runs.items():
@@ -63,7 +65,18 @@ def interleaved(runs: dict[str, Callable[[], object]], repeat: int, before: Call
             t0 = clock()
             fn()
             times[name].append(clock() - t0)
+    if samples is not None:
+        samples.update(times)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def paired_extra(samples: dict[str, list[float]], name: str, baseline: str) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile) of ``name``'s seconds minus ``baseline``'s, round by round: the
+    candidate's own cost, which a ratio hides where the baseline is slow (bf16 matrix products on a CPU without
+    bf16 instructions take most of a step)."""
+    extra = [a - b for a, b in zip(samples[name], samples[baseline])]
+    low, _, high = statistics.quantiles(extra, n=4) if len(extra) > 1 else (extra[0],) * 3
+    return statistics.median(extra), low, high
 
 
 def command(*args: str) -> Callable[[], None]:
@@ -703,13 +716,17 @@ def monitor_sampled() -> list[Figure]:
                 runs["empty"] = empty
             for fn in runs.values():
                 fn()  # warm-up; the persistent monitor learns its sites here
-            t = interleaved(runs, repeat=7, clock=time.process_time)
+            samples: dict[str, list[float]] = {}
+            t = interleaved(runs, repeat=int(os.environ.get("BENCH_MONITOR_REPEAT", "7")), clock=time.process_time,
+                            samples=samples)
             amortised = ((n - 1) * t["unwatched"] + t["watched"]) / n
             how = "compiled" if compiled else "eager"
+            extra, low, high = paired_extra(samples, "watched", "plain")
             out += [
                 Figure(f"{size} Gemma 2 step, {how}, {batch}×{seq}, CPU time, no counter", t["plain"]),
                 Figure("  watched, every = 1 (after its first step: the sites found)", t["watched"], t["plain"],
                        "<= 1.1x", 1.1),
+                Figure(f"  watched minus plain, per round (quartiles {low * 1e3:.1f} to {high * 1e3:.1f} ms)", extra),
                 Figure(f"  every = {n}: a step not watched", t["unwatched"], t["plain"]),
                 Figure(f"  every = {n}: amortised", amortised, t["plain"], "<= 1.05x", 1.05),
                 Figure("  a first watched step (every aten op)", t["every op"], t["plain"]),

@@ -50,12 +50,23 @@ def path_name(device: str, compiled: bool = False) -> str:
 
 def short_file(filename: str) -> str:
     """A file relative to the import path entry holding it (site-packages, the project), else its name."""
-    best = ""
-    for entry in sys.path:
-        entry = os.path.join(os.path.abspath(entry or "."), "")
-        if filename.startswith(entry) and len(entry) > len(best):
-            best = entry
-    return filename[len(best):] if best else os.path.basename(filename)
+    where = (os.getcwd(), sys.path)
+    if _SHORT_FOR[0] != where[0] or _SHORT_FOR[1] != where[1]:  # a relative entry or the path changed: learn again
+        _SHORT.clear()
+        _SHORT_FOR[:] = [where[0], list(where[1])]
+    short = _SHORT.get(filename)
+    if short is None:
+        best = ""
+        for entry in sys.path:
+            entry = os.path.join(os.path.abspath(entry or "."), "")
+            if filename.startswith(entry) and len(entry) > len(best):
+                best = entry
+        short = _SHORT[filename] = filename[len(best):] if best else os.path.basename(filename)
+    return short
+
+
+_SHORT: dict[str, str] = {}  # file -> its short name, for the working directory and import path in _SHORT_FOR
+_SHORT_FOR: list = [None, None]
 
 
 def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:

@@ -1,5 +1,6 @@
 """What the monitor counts per site: the site's key, its running sums (tensors on the op's device, no
-host sync per op), the row a report shows, and the report from its rows."""
+host sync per op; plain numbers on the CPU, where reading one costs no sync), the row a report shows,
+and the report from its rows."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class Site:
 
 
 class _Tally:
-    """Running sums of one site, kept as tensors on the op's device (no host sync per op)."""
+    """Running sums of one site, kept as tensors on the op's device (no host sync per op), or as numbers on the CPU."""
 
     __slots__ = ("calls", "recomputed", "count", "saturated", "dead", "max_abs", "backward_calls", "backward_count",
                  "zero_grad", "inputs")
@@ -44,10 +45,24 @@ def _add(total, value):
 
 
 def _largest(total, x: torch.Tensor):
-    """The running largest |x| (one pass: the min and max of x)."""
+    """The running largest |x| (one pass: the min and max of x). On the CPU, where reading a number costs no device
+    sync, a float of at most 32 bits is kept as a Python number (exact: such a value is a float32, as the tensor
+    path's ``.float()`` makes it), which spares the few tensor ops that combine the min and max."""
     low, high = torch.aminmax(x.detach())
+    if x.device.type == "cpu" and x.dtype in _SMALL_FLOATS:
+        big = _fmax(-low.item(), high.item())
+        return big if total is None else _fmax(total.item() if isinstance(total, torch.Tensor) else total, big)
     big = torch.maximum(-low, high).float()
     return big if total is None else torch.maximum(total, big)
+
+
+_SMALL_FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _fmax(a: float, b: float) -> float:
+    """torch.maximum on two numbers: NaN if either is one, else ``a`` unless ``b`` is larger (so -0.0 against 0.0
+    keeps the first, as torch does)."""
+    return a if a != a or (not b > a and b == b) else b
 
 
 _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -69,18 +84,20 @@ def _stuck(fn: str, y: torch.Tensor):
     times about 1 is y). On the CPU, where reading a number costs no device sync, an output whose range stays
     inside (-1, 1) ((0, 1)) needs no count at all."""
     if y.device.type == "cpu":
-        low, high = torch.aminmax(y)
+        low, high = (v.item() for v in torch.aminmax(y))
         if high < 1 and low > (-1 if fn == "tanh" else 0):
             return 0
+        return y.numel() - int(_nonzero(1 - y.abs() if fn == "tanh" else y * (1 - y)))
     return y.numel() - _nonzero(1 - y.abs() if fn == "tanh" else y * (1 - y))
 
 
 def _past(a: torch.Tensor, edge: float):
     """Elements with |a| ≥ edge (none to count on the CPU when the range of a stays inside (-edge, edge))."""
     if a.device.type == "cpu":
-        low, high = torch.aminmax(a)
+        low, high = (v.item() for v in torch.aminmax(a))
         if high < edge and low > -edge:
             return 0
+        return int(torch.count_nonzero(a.abs() >= edge))
     return torch.count_nonzero(a.abs() >= edge)
 
 
@@ -89,14 +106,17 @@ def _zero_grads(grad_output: torch.Tensor, grad_input: torch.Tensor):
 
     grad_input = grad_output·(1 − y²) (·y(1 − y) for the sigmoid) with y finite: a zero upstream gives a zero
     grad_input unless something is NaN (then grad_input is NaN). So when no grad_input is NaN the count is
-    nonzero(grad_output) − nonzero(grad_input); none at all when no |grad_input| is 0. On the CPU, where reading
-    the smallest |grad_input| costs no device sync."""
-    if grad_input.device.type == "cpu" and grad_input.numel():
-        smallest = grad_input.abs().min()
-        if smallest > 0:
+    nonzero(grad_output) − nonzero(grad_input); none at all when no grad_input is 0. On the CPU, where reading a
+    count costs no device sync, that takes the passes of the two counts and one min/max (NaN there: some element
+    is NaN), in place of the two comparisons, their conjunction and its count."""
+    n = grad_input.numel()
+    if grad_input.device.type == "cpu" and n and grad_input.is_floating_point():
+        nonzero = int(_nonzero(grad_input))
+        if nonzero == n:
             return 0
-        if smallest == 0:  # not NaN
-            return _nonzero(grad_output) - _nonzero(grad_input)
+        low, high = (v.item() for v in torch.aminmax(grad_input))
+        if low == low and high == high:  # no NaN
+            return int(_nonzero(grad_output)) - nonzero
     return torch.count_nonzero((grad_input == 0) & (grad_output != 0))
 
 
