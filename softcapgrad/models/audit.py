@@ -113,8 +113,8 @@ def forward(model, batch: Batch, grad: bool):
         handle = head.register_forward_hook(lambda module, args, out: out * batch.scale_logits)
     fed = runnable.inputs(type(model), model.config, batch.ids, batch.seed)
     kwargs = {k: v.to(batch.device) if hasattr(v, "to") else v for k, v in fed.kwargs.items()}
-    if any(v.is_floating_point() for v in kwargs.values()):
-        kwargs = {k: v.to(model.dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
+    floating = {k for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}  # not a flag
+    kwargs = {k: v.to(model.dtype) if k in floating else v for k, v in kwargs.items()}
     torch.manual_seed(batch.seed)
     try:
         with torch.set_grad_enabled(grad), torch.autocast(batch.device, dtype=getattr(torch, batch.autocast or "float32"),

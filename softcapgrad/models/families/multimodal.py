@@ -115,15 +115,14 @@ def _llama4(cls, config, ids, g) -> dict:
     the output is a tuple (see the override), whose first tensor is then the logits.
 
     The decorator around Llama 4's head pops ``return_dict`` (the config's when absent) and converts the output to
-    a tuple when it ``is False``: the head's own tuple would fail there. A flag that is not the ``False`` object
-    keeps it as it is; the audit's inputs are tensors, so the flag is a tensor (the head never reads it).
+    a tuple when it ``is False``: the head's own tuple would fail there. ``return_dict=True`` keeps it as it is.
     """
     import torch
 
     vision = config.vision_config
     pixels = torch.randn(ids.shape[0], vision.num_channels, vision.image_size, vision.image_size, generator=g)
     return {"input_ids": _one_token(ids, config.image_token_id), "pixel_values": pixels,
-            "return_dict": torch.tensor(True)}
+            "return_dict": True}
 
 
 def _inkling(cls, config, ids, g) -> dict:
