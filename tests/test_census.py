@@ -107,7 +107,7 @@ def test_missing_package_is_one_line(cli):
 
     if importlib.util.find_spec("timm") is not None:
         pytest.skip("timm is installed here")
-    code, _, out, err = cli("audit-model", "--model-type", "detr")  # a vision model: no text path to fall back on
+    code, _, out, err = cli("audit-model", "--model-type", "edgetam_vision_model")  # its backbone is timm's alone
     assert code == 2 and out == "" and err.strip().count("\n") == 0 and "timm" in err
 
 
