@@ -86,6 +86,18 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # not know: one residual block per level, 8 audio filters
     "apertus1p5": {"vision_config.codebook_size": 64, "image_token_offset": 64, "audio_token_offset": 128,
                    "vision_config.num_res_blocks": 1, "audio_config.num_filters": 8},
+    # ESMFold2 (a structure model: its trunk refines a pair representation of the tokens):
+    # - the bundled ESMC refuses grouped-query attention and derives its key heads from its heads when unset; its
+    #   special ids (mask 32) lie in its default vocabulary (64), not in the shrunk one (32)
+    # - the trunk's single inputs are the atom encoder's output (64) and two residue-type one-hots plus a profile
+    #   scalar (2 x 33 + 1): 131 wide; the atom features' width is derived from the element and name-character
+    #   one-hots when unset, and the name characters are encoded as ord(c) - 32 (up to 58 for "Z"), so their
+    #   vocabulary keeps its default (64)
+    # - the trunk's depth, its recycling loops and its pair transition's width are names the shrink does not know
+    #   (24 layers, 10 loops, 1024): 2 layers, 1 loop (2 passes), 128
+    "esmfold2": {"esmc_config.num_key_value_heads": None, "esmc_config.vocab_size": 64, "single_inputs_size": 131,
+                 "char_vocab_size": 64, "atom_feature_dim": None, "folding_trunk_num_hidden_layers": 2,
+                 "num_loops": 1, "pair_transition_intermediate_size": 128},
 }
 
 
@@ -105,6 +117,38 @@ def _axial_tokens(cls, config, ids, g) -> dict:
     return {"input_ids": padded, "attention_mask": mask, "labels": padded.masked_fill(mask == 0, -100)}
 
 
+# the fields of ESMFold2's atom bundle, one argument of its forward
+ATOM_FIELDS = ("ref_pos", "ref_charge", "atom_attention_mask", "ref_element", "ref_atom_name_chars", "ref_space_uid",
+               "atom_to_token")
+
+
+def _protein(cls, config, ids, g) -> dict:
+    """The features of one protein per row of ``ids`` (a residue per token, id mod 20 of the 20 amino acids), made
+    by the library's own featurizer: token indices, chains, residue types, the ESM token ids, a one-sequence MSA,
+    and each residue's heavy atoms bundled as the model's atom inputs, padded to the longest row's atoms.
+
+    The bundle's floating tensors stay float32 whatever the model's format: the model casts its atom features to
+    its projection's format and builds its rotary angles in float32 itself."""
+    import torch
+    from transformers.models.esmfold2.modeling_esmfold2 import EsmFold2AtomInputs
+    from transformers.models.esmfold2.protein_utils import prepare_protein_features
+
+    rows = [prepare_protein_features("".join("ACDEFGHIKLMNPQRSTVWY"[int(i) % 20] for i in row)) for row in ids]
+    atoms = max(r["ref_pos"].shape[1] for r in rows)
+
+    def stacked(key: str) -> "torch.Tensor":
+        parts = [r[key] for r in rows]
+        if key in ATOM_FIELDS:  # atom rows padded to the longest (the mask marks the padding)
+            parts = [torch.cat([p, p.new_zeros(1, atoms - p.shape[1], *p.shape[2:])], dim=1) for p in parts]
+        return torch.cat(parts)
+
+    # the distogram's atoms are read by the structure sampler (fold), not by the forward
+    fed = {k: stacked(k) for k in rows[0] if k != "distogram_atom_idx"}
+    fed["atom_inputs"] = EsmFold2AtomInputs(**{k: fed.pop(k) for k in ATOM_FIELDS})
+    return fed
+
+
 INPUTS: dict[str, Callable] = {
     "reformer": _axial_tokens,
+    "esmfold2": _protein,
 }
