@@ -222,6 +222,29 @@ def build(cls, config, implementation: str, dtype, state: dict | None = None, di
                                    local_files_only=True, trust_remote_code=False)
     kwargs: dict[str, Any] = {"attn_implementation": implementation, "dtype": dtype}
     model = cls._from_config(config, **kwargs)
+    keep_float32(model, dtype)
     if state is not None:
         model.load_state_dict(state, strict=False)
     return model
+
+
+def keep_float32(model, dtype) -> list[str]:
+    """The weights the class keeps in float32 whatever the format (``_keep_in_fp32_modules_strict``: a router's
+    gate, a layer norm), cast as ``from_pretrained`` casts them; ``_from_config`` alone builds every weight in
+    ``dtype``. The names cast (matched as loading matches them, with the library's own glob alternation)."""
+    import torch
+
+    plan = model._get_dtype_plan(dtype) if hasattr(model, "_get_dtype_plan") else {}
+    if not plan:
+        return []
+    from transformers.core_model_loading import build_glob_alternation
+
+    pattern, groups, _ = build_glob_alternation(list(plan))
+    cast = []
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        found = pattern.search(name)
+        if found and tensor.is_floating_point() and tensor.dtype != (target := plan[groups[found.lastgroup]]):
+            with torch.no_grad():
+                tensor.data = tensor.data.to(target)
+            cast.append(name)
+    return cast
