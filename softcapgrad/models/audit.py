@@ -119,7 +119,7 @@ def forward(model, batch: Batch, grad: bool):
     try:
         with torch.set_grad_enabled(grad), torch.autocast(batch.device, dtype=getattr(torch, batch.autocast or "float32"),
                                                           enabled=batch.autocast is not None):
-            out = model(**kwargs)
+            out = runnable.call(model, kwargs)
             loss = runnable.loss(out, fed.labels) if grad else None
         if grad:
             loss.backward()

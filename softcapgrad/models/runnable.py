@@ -91,11 +91,26 @@ def headless(cls) -> bool:
 KNOWN = ("input_ids", "pixel_values", "pixel_values_videos", "input_features", "input_values", "audio_mel")
 
 
+def entry(cls):
+    """The method a forward of ``cls`` runs: ``forward``, or ``encode`` for a tokenizer that has no forward of its own
+    (an image tokenizer: its encoder, quantizer and codes are what a model that uses it runs)."""
+    import torch
+
+    if cls.forward is torch.nn.Module.forward and callable(getattr(cls, "encode", None)):
+        return cls.encode
+    return cls.forward
+
+
+def call(model, kwargs: dict):
+    """One forward of ``model`` (its ``encode`` where it has no forward: see ``entry``)."""
+    return model.encode(**kwargs) if entry(type(model)) is not type(model).forward else model(**kwargs)
+
+
 def needs(cls) -> str:
     """The input ``cls`` reads: its ``main_input_name``; where that is a name its forward does not take (a vision
     tower that keeps the library's default ``input_ids``), its forward's first required input of a kind fed here."""
     name = getattr(cls, "main_input_name", "input_ids")
-    params = inspect.signature(cls.forward).parameters
+    params = inspect.signature(entry(cls)).parameters
     if not isinstance(name, str) or name in params:
         return name
     first = next((n for n, p in params.items() if n != "self" and p.default is inspect.Parameter.empty
@@ -138,7 +153,7 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
     if feed is not None:  # a model type whose inputs the rules below miss
         kwargs = feed(cls, config, ids, g)
         return Inputs(kwargs, "labels" in kwargs)
-    params = inspect.signature(cls.forward).parameters
+    params = inspect.signature(entry(cls)).parameters
     required = {n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "self"
                 and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
     batch = ids.shape[0]

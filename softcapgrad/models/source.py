@@ -275,7 +275,7 @@ def smoke(config) -> None:
     model = runnable.build(cls, config, "eager", torch.float32)
     ids = torch.randint(0, text_tokens(config), DISCOVERY, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        model(**runnable.inputs(cls, config, ids, 0).kwargs)
+        runnable.call(model, runnable.inputs(cls, config, ids, 0).kwargs)
 
 
 def missing_package(err: ImportError, what: str) -> str:

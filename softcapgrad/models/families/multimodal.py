@@ -28,6 +28,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "emu3": {"vocabulary_map": {"<image>": TOP, "<|extra_200|>": TOP - 1 - CODES,
                                 **{f"<|visual token {c:06d}|>": TOP - CODES + c for c in range(CODES)}},
              "vq_config.codebook_size": CODES, "vq_config.base_channels": 32, "vq_config.hidden_size": 128},
+    # the same image tokenizer alone (audited through its encode: it has no forward of its own)
+    "emu3_vqgan": {"codebook_size": CODES, "base_channels": 32, "hidden_size": 128},
     # the talker's sparse block builds a shared expert of this width, which its config class never declares
     # (checkpoints write it in config.json): the tiny intermediate width
     "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": 128},
@@ -96,11 +98,17 @@ def _emu3(cls, config, ids, g) -> dict:
     """One image per row, one row of 2 codes and its end-of-line token (3 tokens), beside text."""
     import torch
 
-    factor = 2 ** (len(config.vq_config.channel_multiplier) - 1)
     input_ids, labels = _with_image(ids, 3, TOP - 1 - CODES)
-    pixels = torch.randn(ids.shape[0], config.vq_config.in_channels, factor, 2 * factor, generator=g)
-    sizes = torch.tensor([[factor, 2 * factor]] * ids.shape[0])
-    return {"input_ids": input_ids, "pixel_values": pixels, "image_sizes": sizes, "labels": labels}
+    return {"input_ids": input_ids, **_emu3_image(config.vq_config, ids.shape[0], g), "labels": labels}
+
+
+def _emu3_image(vq, batch: int, g) -> dict:
+    """One image per row whose code grid is 1 × 2 (each level after the first halves the side), with its size."""
+    import torch
+
+    factor = 2 ** (len(vq.channel_multiplier) - 1)
+    pixels = torch.randn(batch, vq.in_channels, factor, 2 * factor, generator=g)
+    return {"pixel_values": pixels, "image_sizes": torch.tensor([[factor, 2 * factor]] * batch)}
 
 
 def _embeds(cls, config, ids, g) -> dict:
@@ -205,6 +213,7 @@ def _one_token(ids, token: int):
 INPUTS: dict[str, Callable] = {
     "chameleon": _chameleon,
     "emu3": _emu3,
+    "emu3_vqgan": lambda cls, config, ids, g: _emu3_image(config, ids.shape[0], g),  # its encode, alone
     "qwen3_omni_moe_talker_text": _embeds,
     "qwen3_omni_moe_talker_code_predictor": _embeds,
     "llama4": _llama4,
