@@ -35,6 +35,10 @@ _DIT = {"num_hidden_layers": 3, "look_backward_layers": [0], "look_ahead_layers"
 _BIGVGAN = {"upsample_initial_channel": 128}
 
 OVERRIDES: dict[str, dict[str, Any]] = {
+    # DAC's widths are named apart from the shrink's: its encoder starts at 64 channels and doubles at each of its 4
+    # strides (to 1024), its decoder starts at 1536 and halves; on the census's 1.2 s waveform that is minutes of
+    # CPU in bf16 where the CPU has no bf16 instructions. 8 and 64 keep every stride, block and activation
+    "dac": {"encoder_hidden_size": 8, "decoder_hidden_size": 64},
     "clap": _prefixed("audio_config", _CLAP),
     "clap_audio_model": _CLAP,
     # the convolution stem's width (480) is a size the shrinking misses: 4.6 M of its 4.8 M parameters and most of
