@@ -1,8 +1,8 @@
 # make reproduce: regenerate and check every document number (results/).
 # make test: the test suite. Both create .venv and install the pinned versions first.
 # make census: every soft-cap and gate of the installed transformers, found by running each model type tiny
-# (results/census.json, census.md, figures/census.png; about 185 s of CPU in all, shared by up to 4 worker
-# processes: 100 s on an idle 2-core machine; each model type's budget is CPU time; not part of make test).
+# (results/census.json, census.md, figures/census.png; about 700 s of CPU on a 2-core CPU without bf16 instructions,
+# shared by up to 4 worker processes: 6 min on the wall; each model type's budget is CPU time; not part of make test).
 # make experiment: does the bf16 dead zone cost training steps (results/experiment.json, experiment.md,
 # figures/experiment.png; tiny Gemma 2 on one CPU thread; not part of make test).
 # make parity: the caps of tiny Gemma 2 and Gemma 3 through ONNX Runtime, llama.cpp, Keras Hub and torch.export
