@@ -87,9 +87,13 @@ def test_ratio_interval_and_verdicts():
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory, cli):
     first, second = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
-    # the quick design with 25 steps after the shift, not 100: every assertion below is about the shift itself, the
-    # structure and the bytes (a run not recovered by then is censored at 25, which the statistics take as it is)
-    runs = [cli("experiment", "--quick", "--steps", "25", "--json", "--out", str(folder)) for folder in (first, second)]
+    # the quick design with 25 steps after the shift, not 100, the three arms the assertions read (not the compiled
+    # one, whose cold compile is most of a run, nor the uncapped one) and two depths, one under the bf16 first zero
+    # and one past it: every assertion below is about the shift itself, the structure and the bytes (a run not
+    # recovered by then is censored at 25, which the statistics take as it is)
+    args = ("--quick", "--steps", "25", "--arm", "bf16-eager", "--arm", "bf16-patch", "--arm", "fp32-eager",
+            "--depth", "0.5", "--depth", "4", "--json")
+    runs = [cli("experiment", *args, "--out", str(folder)) for folder in (first, second)]
     return runs, first, second
 
 
