@@ -113,9 +113,14 @@ def needs(cls) -> str:
     params = inspect.signature(entry(cls)).parameters
     if not isinstance(name, str) or name in params:
         return name
-    first = next((n for n, p in params.items() if n != "self" and p.default is inspect.Parameter.empty
-                  and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)), None)
+    first = next(iter(_required(params)), None)
     return first if first in KNOWN else name
+
+
+def _required(params) -> list[str]:
+    """The parameters a call must name (no default, not ``self``, not ``*args``/``**kwargs``), in order."""
+    return [n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "self"
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 
 def _first(config, *names, default: int) -> int:
@@ -154,8 +159,7 @@ def inputs(cls, config, ids, seed: int) -> Inputs:
         kwargs = feed(cls, config, ids, g)
         return Inputs(kwargs, "labels" in kwargs)
     params = inspect.signature(entry(cls)).parameters
-    required = {n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "self"
-                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    required = set(_required(params))
     batch = ids.shape[0]
     if required & set(QUESTIONS):  # a decision head over one prompt: its questions' marks, options and types
         return Inputs({"input_ids": ids, **{k: make(ids) for k, make in QUESTIONS.items() if k in params}}, False)
