@@ -118,6 +118,6 @@ def test_plot_option_and_missing_extra(cli, tmp_path, monkeypatch):
     def missing():
         raise figures.InputError("--plot needs matplotlib: pip install 'softcapgrad[plot]'")
 
-    monkeypatch.setattr(figures, "_plt", missing)
+    monkeypatch.setattr(figures, "pyplot", missing)
     code, _, _, err = cli("knee", "--plot", str(tmp_path / "k.png"))
     assert code == 2 and "pip install 'softcapgrad[plot]'" in err and len(err.strip().splitlines()) == 1

@@ -13,9 +13,9 @@ FILES = ("census.json", "census.md", "figures/census.png")
 
 def census_figure(result):
     """Per model type with a cap: its caps by status (applied, off, dead config), one bar each."""
-    from softcapgrad.ledger.figures import DPI, SIZE, _plt
+    from softcapgrad.core.plot import DPI, SIZE, pyplot
 
-    plt = _plt()
+    plt = pyplot()
     statuses = ("applied", "off", "dead config")
     colours = {"applied": "tab:blue", "off": "tab:grey", "dead config": "tab:red"}
     rows = [r for r in result.rows if any(c["status"] in statuses for c in r.caps)]

@@ -15,9 +15,9 @@ COLOURS = {"applied": "tab:green", "ignored": "tab:red", "different": "tab:orang
 
 def parity_figure(rows: list[dict]):
     """Engines × caps (per model): the verdict as a colour, the largest log-prob error as text."""
-    from softcapgrad.ledger.figures import DPI, SIZE, _plt
+    from softcapgrad.core.plot import DPI, SIZE, pyplot
 
-    plt = _plt()
+    plt = pyplot()
     columns = list(dict.fromkeys((r["model"], r["cap"]) for r in rows))
     engines = list(dict.fromkeys(r["engine"] for r in rows))
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)

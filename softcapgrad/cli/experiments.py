@@ -14,9 +14,9 @@ ARM_NAMES = ("bf16-eager", "bf16-patch", "bf16-compile", "fp32-eager", "no-cap")
 
 def experiment_figure(res: dict):
     """Per depth, the loss on the shifted contexts after the shift: one thin line per arm and seed."""
-    from softcapgrad.ledger.figures import DPI, SIZE, _plt
+    from softcapgrad.core.plot import DPI, SIZE, pyplot
 
-    plt = _plt()
+    plt = pyplot()
     depths = res["verdict"]["by_depth"]
     fig, axes = plt.subplots(1, len(depths), figsize=SIZE, dpi=DPI, sharey=True, squeeze=False)
     colours = dict(zip(ARM_NAMES, ("tab:red", "tab:blue", "tab:orange", "tab:green", "tab:grey")))

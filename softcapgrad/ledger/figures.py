@@ -1,8 +1,7 @@
 """Figures drawn from the same Report objects the tables print: no second computation.
 
-matplotlib is an optional extra (``pip install 'softcapgrad[plot]'``), imported only here, with
-the non-interactive Agg backend. Every figure is 8 × 4.5 inches at 100 dpi (800 × 450 px), and is
-saved without a timestamp or software tag, so regenerating it leaves the bytes unchanged.
+How a figure is drawn and written (size, dpi, fixed metadata, matplotlib as an optional extra) is
+``softcapgrad.core.plot``: the same for the figures here and those beside other layers' reports.
 """
 
 from __future__ import annotations
@@ -10,23 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from softcapgrad.core.checks import InputError
-from softcapgrad.core.files import write_atomic
+from softcapgrad.core.plot import DPI, SIZE, png_bytes, pyplot, save  # noqa: F401 (re-exported)
 from softcapgrad.core.report import Report
-
-SIZE = (8.0, 4.5)
-DPI = 100
-
-
-def _plt():
-    try:
-        import matplotlib
-    except ImportError:
-        raise InputError("--plot needs matplotlib: pip install 'softcapgrad[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "figure.titlesize": 10})
-    return plt
 
 
 def _label(ax, x: str, y: str, title: str, legend: bool = False) -> None:
@@ -46,7 +30,7 @@ def _table(report: Report, key: str) -> list[dict]:
 
 
 def attenuation_figure(identity: Report):
-    plt = _plt()
+    plt = pyplot()
     rows = _table(identity, "curve")
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     x = [r["a_over_c"] for r in rows]
@@ -63,7 +47,7 @@ def attenuation_figure(identity: Report):
 
 def knee_figure(knee: Report):
     """The knee per format for tanh (or, when only the sigmoid was asked, for the sigmoid)."""
-    plt = _plt()
+    plt = pyplot()
     fns = [r["fn"] for r in knee.tables[0].rows]
     fn = "tanh" if "tanh" in fns else fns[0]
     rows = [r for r in knee.tables[0].rows if r["fn"] == fn]
@@ -94,7 +78,7 @@ def knee_figure(knee: Report):
 
 
 def horizon_figure(horizon: Report):
-    plt = _plt()
+    plt = pyplot()
     rows = _table(horizon, "curve")
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     for cap in sorted({r["cap"] for r in rows}):
@@ -115,7 +99,7 @@ def horizon_figure(horizon: Report):
 
 
 def ratchet_figure(ratchet: Report):
-    plt = _plt()
+    plt = pyplot()
     rows = _table(ratchet, "curve")
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     ax2 = ax.twinx()
@@ -137,7 +121,7 @@ def ratchet_figure(ratchet: Report):
 
 
 def dynamics_figure(reports: list[Report]):
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     for report in reports:
         rows = _table(report, "sweep")
@@ -155,7 +139,7 @@ def dynamics_figure(reports: list[Report]):
 
 
 def gates_figure(gates: Report):
-    plt = _plt()
+    plt = pyplot()
     rows = gates.tables[0].rows if gates.tables[0].rows and "softmax" in gates.tables[0].rows[0] else _table(gates, "competition")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=SIZE, dpi=DPI)
     idx = [r["i"] + 1 for r in rows]
@@ -171,7 +155,7 @@ def gates_figure(gates: Report):
 
 
 def tether_figure(tether: Report):
-    plt = _plt()
+    plt = pyplot()
     rows = _table(tether, "collapse_curve")
     push = _table(tether, "wd")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=SIZE, dpi=DPI)
@@ -193,7 +177,7 @@ def tether_figure(tether: Report):
 
 def audit_figure(audit: Report):
     """Each soft-cap site's largest |a| against its path's first zero-gradient input, with the dead config."""
-    plt = _plt()
+    plt = pyplot()
     rows = [r for r in audit.tables[0].rows if r["max_abs"] is not None and r["first_zero_grad_input"]]
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     labels = [f"{r['implementation']} · {r['module']}" for r in rows]
@@ -236,26 +220,9 @@ BUILDERS = {
 }
 
 
-def png_bytes(fig) -> bytes:
-    """A PNG with fixed metadata (no software tag, no time); the figure is closed."""
-    import io
-
-    plt = _plt()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def save(fig, path: Path) -> Path:
-    """Write the figure atomically: an interrupt leaves the old file or none, never a partial PNG."""
-    write_atomic(path, png_bytes(fig))
-    return path
-
-
 def check_plot_path(path: Path) -> None:
     """Before any computation: the extra is installed and the path names a PNG."""
-    _plt()
+    pyplot()
     if Path(path).suffix.lower() != ".png":
         raise InputError(f"--plot {path}: figures are written as .png; give a path ending in .png")
 

@@ -166,9 +166,9 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
     ledger_files = [out / name for name in LEDGER_FILES] if not partial or force else []
     drawn = None
     if figures and not partial:
-        from softcapgrad.ledger.figures import REPRODUCED, _plt
+        from softcapgrad.ledger.figures import REPRODUCED, pyplot
 
-        _plt()
+        pyplot()
     targets = ledger_files + ([out / "figures" / name for name in REPRODUCED] if figures and not partial else [])
     if targets:  # the files themselves, and the folder beside --out where the set is staged
         check_targets(targets, "--out")
