@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -275,12 +274,24 @@ class Audit:
 MIXED_FORMATS = "in bfloat16 the model meets float32 tensors it makes itself, which bfloat16 weights refuse"
 
 
-def mixes_formats(message: str) -> bool:
-    """The refusal of a model that makes float32 tensors of its own whatever its weights' format (a vocoder's
-    fixed filters, a length regulator): it runs in float32 only, which is how transformers itself runs it."""
-    return bool(re.search(r"expected scalar type BFloat16 but found Float|\(float\) and bias type \(c10::BFloat16\)"
-                          r"|expected scalar type Float but found BFloat16|\(c10::BFloat16\) and bias type \(float\)"
-                          r"|mat1 and mat2 must have the same dtype|mixed dtype \(CPU\): expect parameter to have scalar type", message))
+def mixed_formats(src: Source, batch: Batch, dtype_name: str = "bfloat16"):
+    """Why a model refused ``dtype_name``, when the reason is a float32 tensor of its own (a vocoder's fixed filters,
+    a length regulator) meeting that format in an op: the op and module (models/mixed.py), decided by the tensors
+    the op was given, never by the error's wording (which changes with the CPU's kernels). None otherwise. Such a
+    model runs in float32 only, which is how transformers itself runs it."""
+    import torch
+
+    from softcapgrad.models.mixed import refused_mix
+
+    try:
+        with quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(batch.seed)
+            model = build(src, src.config, "eager", getattr(torch, dtype_name), device=batch.device)
+    except Exception:  # noqa: BLE001 -- a model that cannot even be built mixes nothing
+        return None
+    model.eval()
+    return refused_mix(model, lambda m: forward(m, batch, grad=False))
 
 
 def audit(src: Source, implementations: list[str], batch: Batch, dtype_name: str) -> Audit:

@@ -143,9 +143,10 @@ def census_row(candidate: Candidate, implementations=IMPLEMENTATIONS, seconds: f
             try:
                 result = audit.audit(src, list(implementations), batch, "bfloat16")
             except InputError as err:
-                if not audit.mixes_formats(str(err)):
+                mix = audit.mixed_formats(src, batch)  # decided by the tensors an op was given, not by the error
+                if mix is None:
                     return row("cannot run", str(err))
-                changes.append(f"run in float32: {audit.MIXED_FORMATS} ({_clean(str(err)).split(': ', 1)[-1]})")
+                changes.append(f"run in float32: {audit.MIXED_FORMATS} ({mix.said()})")
                 try:
                     result = audit.audit(src, list(implementations), batch, "float32")
                 except InputError as err2:
