@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from softcapgrad.laws import formats
-from softcapgrad.stacks import recording as recorded
+from softcapgrad.stacks import cache, recording as recorded
 from softcapgrad.core.checks import InputError, suggestion
 from softcapgrad.stacks.availability import _no_compiler, _simd, _where, runs_here, torch_build  # noqa: F401
 
@@ -222,13 +222,17 @@ def _check(stack: Stack, scores: str) -> str:
     return canonical
 
 
+def _check_cap(c: float) -> None:
+    if not (math.isfinite(c) and c > 0):
+        raise InputError(f"--cap must be a finite number > 0, got {c!r}")
+
+
 @functools.cache
 def first_zero(path: str, scores: str, c: float, sigmoid: Sigmoid = Sigmoid()) -> StackResult:
     """The first input of the scores format whose gradient through the stack's cap is exactly 0."""
     stack, fixed = resolve_path(path)
     scores = fixed or _check(stack, scores)
-    if not (math.isfinite(c) and c > 0):
-        raise InputError(f"--cap must be a finite number > 0, got {c!r}")
+    _check_cap(c)
     why = runs_here(stack)
     if not why:
         dtype = formats.resolve(scores)
@@ -297,6 +301,10 @@ def dead_zone(path: str, c: float, scores: str | None = None, sigmoid: Sigmoid =
     so its negative side is the mirror image (tanh is odd in every implementation recorded)."""
     stack, fixed = resolve_path(path)
     scores = fixed or (_check(stack, scores) if scores else stack.formats[0])
+    _check_cap(c)
+    name = cache.entry(stack.name, scores, c, sigmoid.resolved(c)) if cache.cacheable(stack) else None
+    if name is not None and (kept := cache.lookup(name)) is not None:
+        return DeadZone(**{**kept, "cap": c})
     top = first_zero(path, scores, c, sigmoid)
     if top.source == "measured":
         dtype = formats.resolve(scores)
@@ -306,7 +314,10 @@ def dead_zone(path: str, c: float, scores: str | None = None, sigmoid: Sigmoid =
         below, how = (None if top.value is None else -top.value), "negative side mirrored from the positive one"
     one_sided = below != (None if top.value is None else -top.value)
     reason = top.reason if top.source == "not measured" else f"{top.reason}; {how}"
-    return DeadZone(stack.name, scores, c, top.value, below, one_sided, top.source, reason)
+    zone = DeadZone(stack.name, scores, c, top.value, below, one_sided, top.source, reason)
+    if name is not None and zone.source == "measured":
+        cache.store(name, {**asdict(zone), "cap": float(c)})
+    return zone
 
 
 def dead(zone: DeadZone, values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,105 @@
+"""Every example the README and docs/*.md show in a ```console block prints what the page says.
+
+A console block holds one or more commands, each a line `$ softcapgrad ARGS` (a line ending in `\\` goes on
+the next), followed by the output it quotes. The command runs through the real command line (the typer app,
+in this process, so torch is imported once for all) with COLUMNS=100, and its standard output must equal the
+quoted lines, each compared without trailing spaces, with one rule for elision: a line that is exactly `...`
+stands for zero or more lines of output. Nothing else is skipped. ```sh blocks are not run (commands too slow
+for the suite). A `$ softcapgrad` line anywhere but in a console or sh block fails the test, so a quoted
+command is never left unchecked by accident. Pages added to docs/ later are covered by the glob.
+"""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from softcapgrad.cli.app import app
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+ELIDED = "..."
+
+
+def blocks(text: str) -> list[tuple[str, int, list[str]]]:
+    """(info string, first line number, lines) of each fenced block."""
+    out, lines = [], text.split("\n")
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^(`{3,})(\S*)", lines[i])
+        if fence:
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith(fence.group(1))), len(lines))
+            out.append((fence.group(2), i + 2, lines[i + 1:end]))
+            i = end
+        i += 1
+    return out
+
+
+def examples(lines: list[str]) -> list[tuple[list[str], list[str]]]:
+    """(arguments, quoted output) of each command of a console block."""
+    found: list[tuple[list[str], list[str]]] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("$ "):
+            raise ValueError(f"console block: output before any command: {lines[i]!r}")
+        command = lines[i][2:]
+        while command.endswith("\\"):
+            i += 1
+            command = command[:-1] + " " + lines[i].strip()
+        words = shlex.split(command)
+        if words[0] != "softcapgrad":
+            raise ValueError(f"console block: a command other than softcapgrad: {command!r}")
+        quoted = []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("$ "):
+            quoted.append(lines[i])
+            i += 1
+        while quoted and not quoted[-1].strip():
+            quoted.pop()
+        found.append((words[1:], quoted))
+    return found
+
+
+def matches(quoted: list[str], printed: list[str]) -> bool:
+    """Whether the printed lines are the quoted ones, `...` standing for zero or more lines."""
+    if not quoted:
+        return not printed
+    head, rest = quoted[0].rstrip(), quoted[1:]
+    if head == ELIDED:
+        return any(matches(rest, printed[k:]) for k in range(len(printed) + 1))
+    return bool(printed) and printed[0].rstrip() == head and matches(rest, printed[1:])
+
+
+CASES = [pytest.param(args, quoted, id=f"{page.relative_to(ROOT)}:{line}")
+         for page in PAGES for info, line, lines in blocks(page.read_text(encoding="utf-8")) if info == "console"
+         for args, quoted in examples(lines)]
+
+
+def test_the_pages_quote_commands_to_check():
+    assert len(CASES) >= 5  # the README's examples at least: a parser that finds nothing must fail
+
+
+@pytest.mark.parametrize(("args", "quoted"), CASES)
+def test_a_quoted_command_prints_what_the_page_says(args, quoted):
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.stderr
+    printed = result.stdout.rstrip("\n").split("\n")
+    assert matches(quoted, printed), "printed:\n" + result.stdout
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_command_is_quoted_outside_a_console_or_sh_block(page):
+    text = page.read_text(encoding="utf-8")
+    inside = {n for info, line, lines in blocks(text) if info in ("console", "sh")
+              for n in range(line, line + len(lines))}
+    stray = [n for n, body in enumerate(text.split("\n"), 1) if body.startswith("$ softcapgrad") and n not in inside]
+    assert not stray, f"{page.name}: `$ softcapgrad` outside a console or sh block on lines {stray}"
+
+
+def test_the_elision_rule_is_strict():
+    assert matches(["a", ELIDED, "d"], ["a", "b", "c", "d"]) and matches(["a", ELIDED], ["a"])
+    assert not matches(["a", "c"], ["a", "b", "c"])  # a missing line is not elided without `...`
+    assert not matches(["a", ELIDED, "x"], ["a", "b"]) and not matches(["a"], ["a", "b"])
+    assert matches(["a  "], ["a"]) and not matches(["a b"], ["a  b"])  # trailing spaces only
