@@ -85,3 +85,27 @@ def test_the_census_figure_lives_beside_the_census_and_draws_the_committed_one()
     result = census.Census(d["transformers"], d["torch"], tuple(d["implementations"]), rows)
     assert png_bytes(census_figure(result)) == (ROOT / "results" / "figures" / "census.png").read_bytes()
     assert "def census_figure" not in (ROOT / "softcapgrad" / "cli" / "census.py").read_text()
+
+
+def test_sigterm_kills_the_child_and_removes_its_folder(tmp_path):
+    """A census worker waits for its model types on stdin: SIGTERM to its parent stops both, and the folder goes."""
+    import os
+    import signal
+    import time
+
+    script = ("import sys, time\nfrom softcapgrad.core import child\n"
+              "with child.started('softcapgrad.models.census_worker') as p:\n"
+              "    print(p.pid, flush=True)\n"
+              "    time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                              stderr=subprocess.PIPE)
+    pid = int(parent.stdout.readline().split()[0])
+    folder = Path(f"/proc/{pid}/cwd").resolve()
+    assert folder.name.startswith("softcapgrad-child-") and folder != tmp_path
+    parent.send_signal(signal.SIGTERM)
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode != 0 and "terminated: the child process was stopped" in err
+    time.sleep(0.1)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert not folder.exists()

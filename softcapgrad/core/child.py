@@ -52,10 +52,31 @@ def kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def _terminated(signum, frame) -> None:
+    from softcapgrad.core.files import Interrupted
+
+    raise Interrupted("terminated: the child process was stopped and its folder removed", signum)
+
+
 @contextlib.contextmanager
 def started(module: str, *args: str, extra: dict[str, str] | None = None):
     """The child ``softcapgrad.<module>`` with stdin and stdout as text pipes (stderr kept in a file of its folder,
-    read with :func:`stderr`); killed with its group, and its folder removed, however the block ends."""
+    read with :func:`stderr`); killed with its group, and its folder removed, however the block ends (a SIGTERM
+    meanwhile unwinds it as an interrupt does, on the main thread)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # off the main thread no handler can be set
+        previous = None
+    try:
+        with _started(module, *args, extra=extra) as process:
+            yield process
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _started(module: str, *args: str, extra: dict[str, str] | None = None):
     with tempfile.TemporaryDirectory(prefix="softcapgrad-child-") as folder:
         err = open(Path(folder) / "stderr", "w+", encoding="utf-8")
         process = subprocess.Popen(command(module, *args), cwd=folder, env=environment(extra), stdin=subprocess.PIPE,
