@@ -1,39 +1,26 @@
 """census: every soft-cap and gate of the installed transformers, found by running each model type tiny."""
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import bounded, emit, InputError, Json, pick, Report, Wide
+from softcapgrad.cli.common import bounded, emit, InputError, Json, not_with, pick, Report, Wide
 
 FILES = ("census.json", "census.md", "figures/census.png")
 
 
-def census_figure(result):
-    """Per model type with a cap: its caps by status (applied, off, dead config), one bar each."""
-    from softcapgrad.core.plot import DPI, SIZE, pyplot
+def _fuller(path: Path, model_types: list[str]) -> bool:
+    """The census in ``path`` holds a model type this run leaves out (writing would drop its rows)."""
+    import json
 
-    plt = pyplot()
-    statuses = ("applied", "off", "dead config")
-    colours = {"applied": "tab:blue", "off": "tab:grey", "dead config": "tab:red"}
-    rows = [r for r in result.rows if any(c["status"] in statuses for c in r.caps)]
-    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
-    left = [0] * len(rows)
-    for status in statuses:
-        n = [sum(c["status"] == status for c in r.caps) for r in rows]
-        ax.barh(range(len(rows)), n, left=left, color=colours[status], label=status)
-        left = [a + b for a, b in zip(left, n)]
-    ax.set_yticks(range(len(rows)), [r.model_type for r in rows], fontsize=6)
-    ax.invert_yaxis()
-    ax.set_xlabel("tanh soft-cap fields, by what the model does with them")
-    counts = result.counts()
-    ax.set_title(f"transformers {result.transformers}, found by running each model type tiny: "
-                 f"{counts['model types that apply a cap']} apply a soft-cap; dead config: {counts['caps dead config']}")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return fig
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+        return not {r["model_type"] for r in rows} <= set(model_types)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # no census there, or not one this tool wrote: nothing to keep
 
 
 def refusal_kind(row) -> str:
@@ -85,6 +72,8 @@ def census(
                                                                     "eager and sdpa).")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Processes to share the model types among (default: the "
                                                          "CPUs, at most 4); the files are the same for any number.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --model-type: write the partial census over a "
+                                                      "fuller one in --out.")] = False,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -105,6 +94,11 @@ def census(
 
         target = None if out is not None and str(out).lower() == "none" else out
         implementations = tuple(pick("--attn", attn, audit.IMPLEMENTATIONS)) if attn else run.IMPLEMENTATIONS
+        if not model_type:
+            not_with({"--force": force or None}, "without --model-type: a full census always writes its files")
+        kept = target is not None and not force and bool(model_type) and _fuller(target / "census.json", model_type)
+        if kept:
+            target = None  # a partial census never replaces a fuller one without --force
         if target is not None:
             check_targets([target / name for name in FILES], "--out")
         threads = torch.get_num_threads()
@@ -128,12 +122,18 @@ def census(
             write_atomic(target / "census.json", json.dumps(run.as_dict(result), indent=1, sort_keys=True) + "\n")
             write_atomic(target / "census.md", run.markdown(result))
             try:
-                from softcapgrad.ledger.figures import save
+                from softcapgrad.core.plot import save
+                from softcapgrad.models.census_figure import census_figure
 
                 (target / "figures").mkdir(parents=True, exist_ok=True)
                 save(census_figure(result), target / "figures" / "census.png")
             except InputError:
                 pass  # matplotlib is an extra: the tables are written without it
-        return census_report(result, seconds, target, cpu)
+        report = census_report(result, seconds, target, cpu)
+        if kept:
+            said = f"This partial census left the fuller one in {out} in place; --force writes it over that one."
+            report = dataclasses.replace(report, answer=(*report.answer, said),
+                                         notes=("nothing written (--force writes it)", *report.notes[1:]))
+        return report
 
     emit(build, json_out, wide, command="census")

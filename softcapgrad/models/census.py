@@ -12,6 +12,7 @@ the types can be shared among worker processes: the files come out the same eith
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from dataclasses import asdict, dataclass
@@ -234,37 +235,66 @@ def census(model_types: list[str] | None = None, implementations=IMPLEMENTATIONS
     return Census(transformers.__version__, torch.__version__.split("+")[0], tuple(implementations), rows)
 
 
+def from_json(line: str) -> Row:
+    d = json.loads(line)
+    return Row(**{**d, "ops": tuple(d["ops"])})
+
+
+def _plain(row: Row) -> Row:
+    """The row as its JSON gives it back (lists for tuples): the same whether it was made here or in a worker."""
+    return from_json(json.dumps(asdict(row)))
+
+
 def _rows(chosen, implementations, seconds, advance=None) -> list:
     rows = []
     with address_space(HEADROOM):
         for c in chosen:
-            rows.append(census_row(c, implementations, seconds))
+            rows.append(_plain(census_row(c, implementations, seconds)))
             if advance is not None:
                 advance(1)
     return rows
 
 
-def _worker(chosen, implementations, seconds) -> list:
-    import torch
-
-    torch.set_num_threads(1)
-    return _rows(chosen, implementations, seconds)
-
-
 def _in_workers(chosen, implementations, seconds, advance, workers: int) -> list:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    """The model types shared among isolated child processes (softcapgrad.core.child), rows back as JSON lines."""
+    import contextlib
+    import queue
+    import threading
+
+    from softcapgrad.core import child
 
     shares = [chosen[k::workers] for k in range(workers)]
-    done: dict = {}
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker, share, implementations, seconds): k for k, share in enumerate(shares)}
-        for future in as_completed(futures):
-            done[futures[future]] = future.result()
+    lines: queue.Queue = queue.Queue()
+
+    def read(k, process):
+        for line in process.stdout:
+            lines.put((k, line))
+        lines.put((k, None))
+
+    rows = []
+    with contextlib.ExitStack() as stack:
+        processes = [stack.enter_context(child.started("softcapgrad.models.census_worker")) for _ in shares]
+        for process, share in zip(processes, shares):
+            process.stdin.write(json.dumps({"model_types": [c.model_type for c in share],
+                                            "implementations": list(implementations), "seconds": seconds}))
+            process.stdin.close()
+            threading.Thread(target=read, args=(len(rows), process), daemon=True).start()
+            rows.append([])
+        open_ = len(processes)
+        while open_:
+            k, line = lines.get()
+            if line is None:
+                open_ -= 1
+                continue
+            rows[k].append(from_json(line))
             if advance is not None:
-                advance(len(shares[futures[future]]))
+                advance(1)
+        for k, (process, share) in enumerate(zip(processes, shares)):
+            if process.wait() != 0 or len(rows[k]) != len(share):
+                raise RuntimeError(f"census worker {k} exited {process.returncode} after {len(rows[k])} of "
+                                   f"{len(share)} model types: {child.stderr(process)}")
     order = {c.model_type: i for i, c in enumerate(chosen)}
-    return sorted((r for rows in done.values() for r in rows), key=lambda r: order[r.model_type])
+    return sorted((r for share in rows for r in share), key=lambda r: order[r.model_type])
 
 
 def as_dict(c: Census) -> dict:

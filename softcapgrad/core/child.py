@@ -1,0 +1,101 @@
+"""An isolated child process of this package: nothing from the caller's working folder or user site is importable.
+
+The child runs ``python -P -s -m softcapgrad.<module>`` (no working-folder entry, no user site packages) in a
+temporary folder of its own, with only the environment variables it needs, in a session (and so a process
+group) of its own, and the whole group is killed on every way out of the ``with`` block. ``PYTHONPATH`` is set,
+to the package's own root alone, only where the interpreter would not find the package without it (a source
+checkout run in place). Data crosses as JSON on its pipes, never as pickle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the softcapgrad package
+KEPT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "ATEN_CPU_CAPABILITY",
+        "OMP_NUM_THREADS", "MKL_NUM_THREADS")  # what the libraries a child imports read, and nothing else
+
+
+def command(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-P", "-s", "-m", module, *args]
+
+
+def _found_without_path() -> bool:
+    """The package is importable by this interpreter with neither PYTHONPATH nor the working folder."""
+    import importlib.machinery
+
+    cwd = os.getcwd()
+    extra = {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    path = [p for p in sys.path if p not in ("", cwd) and p not in extra]
+    spec = importlib.machinery.PathFinder.find_spec("softcapgrad", path)
+    return spec is not None and spec.origin is not None and Path(spec.origin).resolve().parent == ROOT / "softcapgrad"
+
+
+def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in KEPT if k in os.environ}
+    env["HF_HUB_OFFLINE"] = env["TRANSFORMERS_OFFLINE"] = "1"
+    if not _found_without_path():
+        env["PYTHONPATH"] = str(ROOT)
+    return {**env, **(extra or {})}
+
+
+def kill(process: subprocess.Popen) -> None:
+    """The child's whole process group, whatever state it is in."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _terminated(signum, frame) -> None:
+    from softcapgrad.core.files import Interrupted
+
+    raise Interrupted("terminated: the child process was stopped and its folder removed", signum)
+
+
+@contextlib.contextmanager
+def started(module: str, *args: str, extra: dict[str, str] | None = None):
+    """The child ``softcapgrad.<module>`` with stdin and stdout as text pipes (stderr kept in a file of its folder,
+    read with :func:`stderr`); killed with its group, and its folder removed, however the block ends (a SIGTERM
+    meanwhile unwinds it as an interrupt does, on the main thread)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # off the main thread no handler can be set
+        previous = None
+    try:
+        with _started(module, *args, extra=extra) as process:
+            yield process
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _started(module: str, *args: str, extra: dict[str, str] | None = None):
+    with tempfile.TemporaryDirectory(prefix="softcapgrad-child-") as folder:
+        err = open(Path(folder) / "stderr", "w+", encoding="utf-8")
+        process = subprocess.Popen(command(module, *args), cwd=folder, env=environment(extra), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=err, text=True, encoding="utf-8",
+                                   start_new_session=True)
+        process.stderr_file = err
+        try:
+            yield process
+        finally:
+            kill(process)
+            for pipe in (process.stdin, process.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()
+            err.close()
+
+
+def stderr(process: subprocess.Popen, lines: int = 1) -> str:
+    """The last ``lines`` lines the child wrote on stderr, one line."""
+    process.stderr_file.flush()
+    process.stderr_file.seek(0)
+    text = [line.strip() for line in process.stderr_file.read().splitlines() if line.strip()]
+    return " ".join(text[-lines:])
