@@ -41,7 +41,8 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     kind = config.get("model_type", "?")
     types = {t.value for t in ModelType}
     if kind not in types:
-        raise protocol.NoArchitecture(f"torchtune.training.ModelType has no {kind}; it holds {', '.join(sorted(types))}")
+        raise protocol.NoArchitecture(f"torchtune.training.ModelType has no {kind}; it holds "
+                                      f"{', '.join(sorted(types))}")
     if kind != "gemma2":
         raise protocol.NoArchitecture(f"this adapter builds torchtune's gemma2 only, not {kind}")
     checkpointer = FullModelHFCheckpointer(checkpoint_dir=str(run.folder(variant)),
