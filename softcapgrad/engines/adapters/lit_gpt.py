@@ -48,8 +48,8 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     config = run.config(variant)
     kind = config.get("model_type", "?")
     if kind not in NAMED:
-        raise protocol.NoArchitecture(f"this adapter maps gemma2 and gemma3_text to LitGPT's named configs "
-                                      f"(litgpt.config.configs holds no {kind} model_type)")
+        raise protocol.NoArchitecture(f"LitGPT's named configs (litgpt.config.configs) hold Gemma, Gemma 2 and "
+                                      f"Gemma 3 only (this adapter maps gemma2 and gemma3_text), no {kind}")
     folder = run.scratch(variant)
     for path in run.folder(variant).iterdir():
         if path.is_file():
