@@ -34,12 +34,10 @@ def _keras_pattern(n: int) -> list[str]:
 
 def _kerashub_python() -> Path | None:
     """The Keras Hub environment's interpreter, where it is installed."""
-    try:
-        from softcapgrad.engines import environments
-    except ImportError:
-        return None
-    python = getattr(environments, "python_of", lambda name: None)("kerashub")
-    return Path(python) if python and Path(python).exists() else None
+    from softcapgrad.engines import environments
+
+    current = environments.state("kerashub")
+    return current.python if current.state == "installed" else None
 
 
 def _forced(folder: Path, ids: np.ndarray) -> np.ndarray:
