@@ -1,0 +1,55 @@
+"""Keras Hub on JAX: the backbone class Keras Hub's own Hugging Face loader picks for the folder's model type,
+``from_preset`` of the folder (its conversion of config.json and the safetensors), fp32, the backbone's hidden
+states, then its tied embedding in reverse (where Keras Hub applies the final cap). Imported without TensorFlow.
+
+The registry read is Keras Hub's ``TransformersPresetLoader`` (its model types with a converter). Its Gemma 3
+converter passes no layer pattern and no rope base from config.json: the backbone makes layer i local when
+i % 6 < 5, with rope wavelength 10 000 for local and 1 000 000 for global layers, whatever ``layer_types`` and
+``rope_parameters`` say."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import protocol
+
+ROUTES = {"default": "Keras Hub backbone .from_preset of the folder, JAX backend on the CPU, fp32"}
+
+
+def keras_layer_types(n_layers: int) -> list[str]:
+    """The layer kinds Keras Hub's Gemma3Backbone builds: five local layers, then one global."""
+    return ["sliding_attention" if i % 6 < 5 else "full_attention" for i in range(n_layers)]
+
+
+def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import keras
+    from keras_hub.src.utils.transformers.preset_loader import TransformersPresetLoader
+
+    if keras.backend.backend() != "jax":
+        raise RuntimeError(f"Keras runs on {keras.backend.backend()} here, not JAX (set KERAS_BACKEND=jax)")
+    keras.config.set_floatx("float32")
+    folder, config = run.folder(variant), run.config(variant)
+    try:
+        loader = TransformersPresetLoader(str(folder), config)
+    except ValueError as err:
+        raise protocol.NoArchitecture(f"{err} (registry read: keras_hub TransformersPresetLoader)") from err
+    cls = loader.check_backbone_class()
+    backbone = cls.from_preset(str(folder), dtype="float32")
+    tokens = run.ids.astype(np.int32).reshape(1, -1)
+    hidden = backbone({"token_ids": tokens, "padding_mask": np.ones_like(tokens)})
+    out = np.asarray(backbone.token_embedding(hidden, reverse=True))[0]
+    kinds = config.get("layer_types")
+    run.did = f"keras_hub {cls.__name__}.from_preset of the folder, JAX backend, CPU, float32, no KV cache"
+    if config.get("model_type") == "gemma3_text" and kinds and kinds != keras_layer_types(len(kinds)):
+        run.notes = [f"config.json's layer_types {kinds} differ from the pattern Keras Hub builds "
+                     f"{keras_layer_types(len(kinds))} (layer kind and rope base per layer)"]
+    run.packages = ("keras", "keras-hub", "jax", "jaxlib")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(protocol.main(ROUTES, run_variant))

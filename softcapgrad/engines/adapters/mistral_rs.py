@@ -1,0 +1,105 @@
+"""mistral.rs from its Python wheel: ``Runner(Which.Plain(model_id=folder))``, the plain loader with its automatic
+architecture and dtype. The Python API returns no logits and no prompt log-probabilities, only the log-probabilities
+of each generated token with its top alternatives: every prefix of the prompt is sent once, one token is generated,
+and the top-K alternatives with K the whole vocabulary give that position's full row of log-probabilities.
+
+The architecture registry is the wheel's own ``mistralrs.Architecture`` enum (plain text models)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+
+import protocol
+
+ROUTES = {
+    "default": "Which.Plain of the folder as given (automatic architecture and dtype), one request per prefix",
+    "rope-theta": "the same with config.json holding rope_theta at its top level, as transformers 4.x and the "
+                  "published Gemma checkpoints write it (transformers 5 writes rope_parameters only)",
+}
+TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # the prompt's text unchanged: no turn markers
+
+
+def claimed(kind: str) -> None:
+    import mistralrs
+
+    names = [n for n in dir(mistralrs.Architecture) if not n.startswith("_")]
+    if kind.replace("_", "").lower() not in {n.replace("_", "").lower() for n in names}:
+        raise protocol.NoArchitecture(f"mistralrs.Architecture (its plain text models) has no {kind}; it holds "
+                                      f"{', '.join(sorted(names))}")
+
+
+def folder_for(run: protocol.Run, variant: str):
+    if run.route == "default":
+        return run.folder(variant)
+    folder = run.scratch(variant)
+    for path in run.folder(variant).iterdir():
+        if path.is_file():
+            shutil.copyfile(path, folder / path.name)
+    config = run.config(variant)
+    theta = (config.get("rope_parameters") or {}).get("rope_theta")
+    if theta is not None and "rope_theta" not in config:
+        config["rope_theta"] = theta
+    (folder / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    return folder
+
+
+def vocabulary(folder) -> dict[str, int]:
+    model = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["model"]
+    vocab = model["vocab"]
+    pieces = vocab.items() if isinstance(vocab, dict) else ((p[0], i) for i, p in enumerate(vocab))
+    return {piece: int(i) for piece, i in pieces}
+
+
+def prompt_text(runner, ids: list[int], vocab: dict[str, int]) -> str:
+    """A text the engine's own tokenizer reads back as exactly ``ids`` (its detokenized text, or the pieces
+    separated by spaces)."""
+    pieces = {i: p for p, i in vocab.items()}
+    candidates = [runner.detokenize_text(ids, False), " ".join(pieces[i] for i in ids)]
+    for text in candidates:
+        if list(runner.tokenize_text(text, False, False)) == ids:
+            return text
+    raise RuntimeError("no text found that mistral.rs's tokenizer reads back as the prompt's token ids")
+
+
+def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+    import mistralrs
+
+    kind = run.config(variant).get("model_type", "?")
+    claimed(kind)
+    folder = folder_for(run, variant)
+    template = run.scratch("template") / "chat_template.json"
+    template.write_text(json.dumps({"chat_template": TEMPLATE}), encoding="utf-8")
+    runner = mistralrs.Runner(which=mistralrs.Which.Plain(model_id=str(folder)), token_source="none",
+                              chat_template=str(template))
+    vocab = vocabulary(folder)
+    size = int(run.config(variant)["vocab_size"])
+    ids = [int(i) for i in run.ids]
+    rows = np.full((len(ids), size), np.nan)
+    for t in range(1, len(ids) + 1):
+        request = mistralrs.ChatCompletionRequest(
+            messages=[{"role": "user", "content": prompt_text(runner, ids[:t], vocab)}], model="default",
+            max_tokens=1, logprobs=True, top_logprobs=size, temperature=0.0)
+        response = runner.send_chat_completion_request(request)
+        if response.usage.prompt_tokens != t:
+            raise RuntimeError(f"mistral.rs read {response.usage.prompt_tokens} prompt tokens, not {t}")
+        for top in response.choices[0].logprobs.content[0].top_logprobs:
+            rows[t - 1, top.token if isinstance(top.token, int) else vocab[top.token]] = top.logprob
+    missing = int(np.isnan(rows).sum())
+    if missing:
+        raise RuntimeError(f"mistral.rs returned {rows.size - missing} of {rows.size} log-probabilities")
+    run.output = "logprobs"
+    run.precision = "fp32"
+    run.did = (f"mistralrs Runner, Which.Plain (architecture and dtype automatic, the log reports F32), chat "
+               f"completion with a pass-through template, max_tokens=1, top_logprobs={size} per prefix")
+    run.notes = [f"top-K with K = {size}, the whole vocabulary: one request per prompt prefix",
+                 "a probability that underflows float32 comes back as -inf (log of a zero softmax entry)"]
+    run.packages = ("mistralrs",)
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(protocol.main(ROUTES, run_variant))
