@@ -29,6 +29,8 @@ app.command()(engines.parity)
 
 
 def main() -> None:
+    if sys.stderr is None:  # started with stderr closed (2>&-): its lines go nowhere, the exit code still tells
+        sys.stderr = open(os.devnull, "w")
     if stdout_closed():
         print(f"{PROG}: error: standard output is closed; nothing can carry the answer (run it without >&-)",
               file=sys.stderr)
