@@ -38,7 +38,7 @@ def readable_file(path: Path, kinds: tuple[str, ...], option: str = "") -> str:
 NAME_MAX = 255  # bytes in one path component: Linux, the BSDs and macOS alike (longer: ENAMETOOLONG)
 
 
-def _node_kind(mode: int) -> str:
+def node_kind(mode: int) -> str:
     """What a file system node other than a regular file is, in words."""
     for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -58,7 +58,7 @@ def replaceable(path: Path, option: str = "") -> None:
     except OSError as err:
         raise InputError(f"{option} {path}: {err.strerror}".strip()) from None
     if not stat.S_ISREG(mode):
-        kind = _node_kind(mode)
+        kind = node_kind(mode)
         raise InputError(f"{option} {path}: is {kind}; only a regular file or a new name is replaced".strip()
                          if kind != "a folder" else f"{option} {path}: is a folder, expected a file path".strip())
 
@@ -111,7 +111,7 @@ def writable_folder(folder: Path, option: str) -> Path:
         probe = probe.parent
     if not probe.is_dir():
         what = ("a dangling symbolic link" if probe.is_symlink() and not probe.exists() else
-                "a file" if probe.is_file() else _node_kind(os.stat(probe).st_mode))
+                "a file" if probe.is_file() else node_kind(os.stat(probe).st_mode))
         raise InputError(f"{option} {folder}: {probe} is {what}, not a folder")
     _probe(probe, option, folder)
     return folder
