@@ -163,9 +163,10 @@ def test_an_interrupt_while_moving_is_held_until_the_set_is_whole(cli, tmp_path,
     assert not [p for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.")], "the stage is gone"
 
 
-def test_reproduce_stages_beside_out(cli, tmp_path, monkeypatch):
+def test_reproduce_stages_inside_its_target_folder(cli, tmp_path, monkeypatch):
     seen = []
     real = files.tempfile.mkdtemp
     monkeypatch.setattr(files.tempfile, "mkdtemp", lambda **kw: seen.append(kw["dir"]) or real(**kw))
     code, _, _, _ = _partial(cli, tmp_path / "out")
-    assert code == 0 and seen == [tmp_path]
+    assert code == 0 and seen == [tmp_path / "out"]  # the ledger's own folder: its own file system
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["claims.json", "claims.md", "claims.raw.json"]

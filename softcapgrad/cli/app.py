@@ -6,6 +6,7 @@ models, engines, ledger.
 """
 
 import contextlib
+import io
 import os
 import sys
 
@@ -30,6 +31,8 @@ app.add_typer(engines.engines_app, name="engines")
 
 
 def main() -> None:
+    if sys.stderr is None:  # started with stderr closed (2>&-): its lines go nowhere, the exit code still tells
+        sys.stderr = io.StringIO()
     if stdout_closed():
         print(f"{PROG}: error: standard output is closed; nothing can carry the answer (run it without >&-)",
               file=sys.stderr)

@@ -37,7 +37,8 @@ def _kind(err: BaseException) -> set[str]:
 class _OneLineErrors(TyperGroup):
     """Runs the app non-standalone and turns the parser's framed errors into one line on stderr.
 
-    Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input, 3 an internal error, 130 interrupted,
+    Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input or a target (a file, stdout) that cannot be
+    written (a full disk, /dev/full), 3 an internal error, 130 interrupted,
     143 terminated (SIGTERM held until reproduce's files were all in place).
     """
 
@@ -67,6 +68,9 @@ class _OneLineErrors(TyperGroup):
             where = f"{ctx.info_name}: " if ctx is not None and ctx.parent is not None else ""
             typer.echo(f"{PROG}: error: {where}{' '.join(err.format_message().split())}", err=True)
             return err.exit_code
+        if "InputError" in kind:  # a target that cannot be written, found outside emit (a command's own files)
+            typer.echo(f"{PROG}: error: {err}", err=True)
+            return 2
         if os.environ.get("SOFTCAPGRAD_DEBUG"):  # a bug of ours: one line, not a traceback, unless asked
             raise err
         first = str(err).splitlines()[0] if str(err) else ""
@@ -86,6 +90,14 @@ def reader_gone() -> int:
         os.dup2(null, sys.stdout.fileno())
         os.close(null)
     return SIGPIPE_EXIT
+
+
+def stdout_unwritable(err: OSError) -> int:
+    """stdout took no bytes (a full disk, /dev/full): one line on stderr, stdout pointed at /dev/null so that
+    the flush at exit does not fail again, and exit 2, as for any target that cannot be written."""
+    typer.echo(f"{PROG}: error: cannot write the answer to standard output ({err.strerror or err})", err=True)
+    reader_gone()
+    return 2
 
 
 def stdout_closed() -> bool:
@@ -274,6 +286,8 @@ def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: 
         sys.stdout.flush()
     except BrokenPipeError:
         raise typer.Exit(reader_gone()) from None
+    except OSError as err:  # stdout on a full disk or /dev/full: the answer cannot be carried
+        raise typer.Exit(stdout_unwritable(err)) from None
     if not report.ok:
         raise typer.Exit(1)
 

@@ -85,6 +85,7 @@ def audit_model(
         import torch
 
         from softcapgrad.models import audit
+        from softcapgrad.models.inputs import logits_fit, tokens_fit
         from softcapgrad.laws import formats
 
         implementations = pick("--attn", attn, audit.IMPLEMENTATIONS)
@@ -106,11 +107,17 @@ def audit_model(
         if inputs is not None:
             not_with({"--batch": batch, "--seq-len": seq_len}, "with --inputs: the file gives the batch")
             ids = audit.read_token_ids(inputs)
+        else:
+            b = bounded("--batch", 2 if batch is None else batch, 1, 4096)
+            n = bounded("--seq-len", 16 if seq_len is None else seq_len, 1, 1 << 20)
+            tokens_fit(b, n, "--batch × --seq-len")
         src = audit.source(directory, model_type, set_ or [])
         if inputs is None:
-            ids = audit.random_ids(src.config, bounded("--batch", 2 if batch is None else batch, 1, 4096),
-                                   bounded("--seq-len", 16 if seq_len is None else seq_len, 1, 1 << 20), s)
+            logits_fit(src.config, b * n, "--batch × --seq-len")
+            ids = audit.random_ids(src.config, b, n, s)
         else:
+            tokens_fit(*ids.shape, f"--inputs {inputs}")
+            logits_fit(src.config, ids.numel(), f"--inputs {inputs}")
             audit.check_ids(ids, src.config, f"--inputs {inputs}")
         return audit.audit_model(src, implementations, ids, params_format, low, s, k, device_name,
                                  {"model": str(directory) if directory else model_type, "set": set_ or [],

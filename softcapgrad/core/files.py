@@ -10,6 +10,7 @@ or turned into a regular file, and every target is checked before the computatio
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import stat
@@ -37,7 +38,7 @@ def readable_file(path: Path, kinds: tuple[str, ...], option: str = "") -> str:
 NAME_MAX = 255  # bytes in one path component: Linux, the BSDs and macOS alike (longer: ENAMETOOLONG)
 
 
-def _node_kind(mode: int) -> str:
+def node_kind(mode: int) -> str:
     """What a file system node other than a regular file is, in words."""
     for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -57,7 +58,7 @@ def replaceable(path: Path, option: str = "") -> None:
     except OSError as err:
         raise InputError(f"{option} {path}: {err.strerror}".strip()) from None
     if not stat.S_ISREG(mode):
-        kind = _node_kind(mode)
+        kind = node_kind(mode)
         raise InputError(f"{option} {path}: is {kind}; only a regular file or a new name is replaced".strip()
                          if kind != "a folder" else f"{option} {path}: is a folder, expected a file path".strip())
 
@@ -110,7 +111,7 @@ def writable_folder(folder: Path, option: str) -> Path:
         probe = probe.parent
     if not probe.is_dir():
         what = ("a dangling symbolic link" if probe.is_symlink() and not probe.exists() else
-                "a file" if probe.is_file() else _node_kind(os.stat(probe).st_mode))
+                "a file" if probe.is_file() else node_kind(os.stat(probe).st_mode))
         raise InputError(f"{option} {folder}: {probe} is {what}, not a folder")
     _probe(probe, option, folder)
     return folder
@@ -122,6 +123,18 @@ def umask_mode(full: int = 0o666) -> int:
     mask = os.umask(0)
     os.umask(mask)
     return full & ~mask
+
+
+UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)  # the disk refuses the bytes
+
+
+class CannotWrite(InputError):
+    """A target the disk would not take (full, over quota, read-only, failing): one line and exit 2, as any
+    target that cannot be written; ``reason`` is the system's word for it."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def _temp_prefix(name: str) -> str:
@@ -145,9 +158,14 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         os.close(fd)
     try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            yield Path(tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except OSError as err:  # a full disk, a quota, an I/O error: the file was not written, nothing replaced
+            if err.errno not in UNWRITABLE:
+                raise
+            raise CannotWrite(f"{path}: cannot write ({err.strerror}); it was left as it was", err.strerror) from None
         replaceable(path)
         os.replace(tmp, path)
     except BaseException:
@@ -210,54 +228,88 @@ def _verb(signum: int) -> str:
     return "terminated" if signum == signal.SIGTERM else "interrupted"
 
 
-def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
-    """Write every file into a temporary folder beside ``out``, then move them into place, last.
+def _made_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing ancestors; the ones made, innermost first (removed again on failure)."""
+    missing = []
+    probe = Path(folder)
+    while not probe.exists() and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return missing
 
-    An interrupt or a SIGTERM while the files are written leaves every target as it was (the stage is
-    removed); during the moves (a few renames) both are held back until they are done, so the set is
-    replaced whole or not at all. Either way an :class:`Interrupted` says which. Returns the targets,
-    in order."""
-    out = Path(out)
+
+def _renamable(staged: Path, path: Path) -> None:
+    """The staged file can replace ``path`` with one rename: ``path`` is still a regular file or a new name,
+    and the stage lies on the file system of ``path``'s folder (a rename never crosses file systems)."""
+    replaceable(path)
+    try:
+        same = os.stat(staged).st_dev == os.stat(Path(path).parent).st_dev
+    except OSError as err:
+        raise CannotWrite(f"{path}: cannot write ({err.strerror or err}); no file was replaced") from None
+    if not same:
+        raise CannotWrite(f"{path}: its folder changed file system while the files were written; no file was replaced")
+
+
+def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
+    """Write every file of the set ``out`` into a stage, then move them into place, last.
+
+    Each target folder gets its own stage inside it, so every stage lies on its target's own file
+    system (``out`` a mount point, a ``figures/`` link to another disk): each move is one rename, and
+    every rename is checked possible before the first. An interrupt or a SIGTERM while the files are
+    written leaves every target as it was (the stages and the folders made for them are removed);
+    during the moves (a few renames) both are held back until they are done, so the set is replaced
+    whole or not at all. Either way an :class:`Interrupted` says which. A disk that fills while the
+    files are written is a :class:`CannotWrite` and replaces nothing. Returns the targets, in order."""
     targets = list(files)
-    out.parent.mkdir(parents=True, exist_ok=True)
     original = _handle(_raise_terminated, (signal.SIGTERM,))
     held: list[int] = []
-    stage = None
+    stages: dict[Path, Path] = {}  # target folder -> its stage
+    made: list[Path] = []
     try:
-        stage = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), suffix=".tmp", dir=out.parent))
         staged = {}
         for i, (path, data) in enumerate(files.items()):
-            staged[path] = stage / f"{i}{Path(path).suffix}"
-            write_atomic(staged[path], data)
-        for path in targets:  # a node that appeared since the check is refused before any rename
-            replaceable(path)
+            folder = Path(path).parent
+            if folder not in stages:
+                made[:0] = _made_folders(folder)
+                stages[folder] = Path(tempfile.mkdtemp(prefix=_temp_prefix(Path(out).name), suffix=".tmp", dir=folder))
+            staged[path] = stages[folder] / f"{i}{Path(path).suffix}"
+            try:
+                write_atomic(staged[path], data)
+            except CannotWrite as err:
+                raise CannotWrite(f"{path}: cannot write ({err.reason}); no file was replaced") from None
+        for path in targets:  # every rename is possible before the first one (a node that appeared is refused)
+            _renamable(staged[path], path)
         # from here both signals are held (no moment between the two handlers where SIGTERM kills)
         original = {**_handle(lambda signum, frame: held.append(signum), (signal.SIGINT, signal.SIGTERM)), **original}
     except KeyboardInterrupt as err:
         _put_back(original)
-        _remove(stage)
+        _remove(stages.values(), made)
         signum = signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT
         raise Interrupted(f"{_verb(signum)} before any file was replaced; {len(targets)} file(s) left as they were",
                           signum) from None
     except BaseException:
         _put_back(original)
-        _remove(stage)
+        _remove(stages.values(), made)
         raise
     try:
         for path in targets:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged[path], path)
     finally:
         _put_back(original)
-        _remove(stage)
+        _remove(stages.values())
     if held:
         signum = signal.SIGTERM if signal.SIGTERM in held else signal.SIGINT
         raise Interrupted(f"{_verb(signum)} after all {len(targets)} file(s) were replaced (the set is whole)", signum)
     return targets
 
 
-def _remove(folder: Path | None) -> None:
+def _remove(stages, made: list[Path] = ()) -> None:
+    """The stages, then the folders made for them (innermost first) where they are empty."""
     import shutil
 
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+    for stage in stages:
+        shutil.rmtree(stage, ignore_errors=True)
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()

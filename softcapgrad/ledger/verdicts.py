@@ -151,8 +151,9 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
 
     A partial run (``only``) writes nothing unless ``force``: it would replace the full ledger with
     a few rows. Figures are drawn in a second process while this one evaluates the claims. Every
-    file is written into a temporary folder beside ``out`` and moved into place at the end
-    (core/files.replace_all): the old results stay whole until the new set is complete.
+    file is written into a temporary folder inside its own target folder (on that folder's file system) and
+    moved into place at the end (core/files.replace_all): the old results stay whole until the new set is
+    complete.
     """
     from pathlib import Path
 
@@ -170,9 +171,8 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
 
         pyplot()
     targets = ledger_files + ([out / "figures" / name for name in REPRODUCED] if figures and not partial else [])
-    if targets:  # the files themselves, and the folder beside --out where the set is staged
+    if targets:  # the files themselves, and the folders where each is staged and moved into place
         check_targets(targets, "--out")
-        writable_folder(out.parent if str(out.parent) else Path("."), "--out")
     if figures and not partial:  # drawn in a second process while this one evaluates the claims
         from softcapgrad.core.background import beside
         from softcapgrad.ledger.figures import reproduce_figures

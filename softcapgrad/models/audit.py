@@ -271,6 +271,26 @@ class Audit:
     verdicts: dict[int, dict[str, str]]  # index into caps -> implementation -> verdict
 
 
+ATTENTION_FIELD = re.compile(r"attn|attention", re.IGNORECASE)
+
+
+def attention_layers(config) -> int:
+    """How many attention modules the audited class builds from ``config`` (on the meta device: no memory);
+    a depth of 0 builds none. Counted by class name, as every transformers attention module is named."""
+    import copy
+
+    import torch
+
+    from softcapgrad.models import runnable
+
+    try:
+        with torch.device("meta"):
+            model = runnable.model_class(config)._from_config(copy.deepcopy(config))
+    except Exception:  # noqa: BLE001 -- not buildable so: the audit's own build reports it; assume attention
+        return 1
+    return sum("attention" in type(m).__name__.lower() for m in model.modules())
+
+
 MIXED_FORMATS = "in bfloat16 the model meets float32 tensors it makes itself, which bfloat16 weights refuse"
 
 
@@ -332,6 +352,11 @@ def _audit(src: Source, implementations: list[str], batch: Batch, dtype_name: st
         found = Discovery([dataclasses.replace(c, status="no head here", evidence=c.evidence + f"; {cls.__name__} has no "
                                                "output head, which is where a final cap would run")
                            if c.status == "dead config" else c for c in found.caps], found.gates)
+    if not attention_layers(src.config):  # an attention cap is not dead where there is no attention at all
+        found = Discovery([dataclasses.replace(c, status="no attention here", evidence=c.evidence + f"; {cls.__name__} "
+                                               "has no attention layer, which is where an attention cap would run")
+                           if c.status == "dead config" and ATTENTION_FIELD.search(c.field or "") else c
+                           for c in found.caps], found.gates)
     runs, verdicts = [], {i: {} for i in range(len(found.caps))}
     with progress.task("audit-model: one forward and backward per attention implementation", len(implementations)) as advance:
         for implementation in implementations:

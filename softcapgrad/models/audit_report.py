@@ -117,7 +117,7 @@ def answer(result, rows: list[dict], fields: list[dict], gates: list[dict]) -> t
             + f", batch {result.shape[0]}×{result.shape[1]}"
             + (f", logits ×{result.scale_logits:g}" if result.scale_logits != 1.0 else "") + "): ")
     by = {status: [_value(r) for r in fields if r["status"] == status]
-          for status in ("applied", "off", "dead config", "not run", "hard-coded", "no head here")}
+          for status in ("applied", "off", "dead config", "not run", "hard-coded", "no head here", "no attention here")}
     parts = []
     if by["applied"]:
         parts.append(f"applied: {', '.join(by['applied'])}")
@@ -129,6 +129,8 @@ def answer(result, rows: list[dict], fields: list[dict], gates: list[dict]) -> t
         parts.append(f"not run by any implementation: {', '.join(by['not run'])}")
     if by["no head here"]:
         parts.append(f"set but this class has no output head to apply it: {', '.join(by['no head here'])}")
+    if by["no attention here"]:
+        parts.append(f"set but the model has no attention layer to apply it in: {', '.join(by['no attention here'])}")
     if by["hard-coded"]:
         parts.append(f"a tanh divided by a constant no field moves: {', '.join(by['hard-coded'])}")
     head += "; ".join(parts) if parts else "no configuration field moves a tanh's divisor: no soft-cap"

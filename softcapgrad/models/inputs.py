@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 from softcapgrad.core.checks import InputError
@@ -31,7 +32,10 @@ def read_token_ids(path: Path):
             ids = torch.tensor([[int(t) for t in line] for line in lines], dtype=torch.int64)
     except InputError:
         raise
-    except (ValueError, OSError, RuntimeError) as err:
+    except pickle.UnpicklingError:  # torch's weights-only reader refused what is not a tensor: nothing ran
+        raise InputError(f"--inputs {path}: refused: a pickle naming something other than tensors (code, a "
+                         "class), which is never run; save the ids with np.save or torch.save of a tensor") from None
+    except (ValueError, OSError, RuntimeError, EOFError) as err:
         raise InputError(f"--inputs {path}: cannot read token ids: {str(err).splitlines()[0]}") from None
     if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise InputError(f"--inputs {path}: expected an integer array of token ids, got {getattr(ids, 'dtype', type(ids).__name__)}")
@@ -40,6 +44,27 @@ def read_token_ids(path: Path):
     if ids.dim() != 2 or ids.numel() == 0:
         raise InputError(f"--inputs {path}: expected a non-empty 1-D or 2-D array of token ids, got shape {tuple(ids.shape)}")
     return ids.long()
+
+
+MAX_TOKENS = 1 << 20  # one batch: the longest sequence --seq-len takes; its int64 ids alone are 8 MiB
+
+
+def tokens_fit(batch: int, seq_len: int, where: str) -> None:
+    """A batch of ``batch`` × ``seq_len`` ids within MAX_TOKENS, checked before anything is allocated."""
+    if batch * seq_len > MAX_TOKENS:
+        raise InputError(f"{where}: {batch:,} × {seq_len:,} = {batch * seq_len:,} token ids in one batch; at most "
+                         f"{MAX_TOKENS:,}")
+
+
+def logits_fit(config, tokens: int, where: str) -> None:
+    """The float32 logits of ``tokens`` ids over the vocabulary (the monitor keeps the capped tanh's inputs in
+    float32) fit in half the memory available: else one line, before the model is built."""
+    from softcapgrad.models.tiny import available_bytes
+
+    need, have = tokens * vocabulary(config) * 4, available_bytes()
+    if need > have // 2:
+        raise InputError(f"{where}: {tokens:,} tokens × a vocabulary of {vocabulary(config):,} are "
+                         f"{need / 2**30:.3g} GiB of float32 logits and {have / 2**30:.3g} GiB are available")
 
 
 def random_ids(config, batch: int, seq_len: int, seed: int):

@@ -301,10 +301,16 @@ def directory_config(directory: Path, sets: dict[str, Any]):
     """``config.json`` of a local directory (never downloaded, no code of the directory run), with ``sets``."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    from transformers.utils import logging
+
+    from softcapgrad.models.source_weights import checked_weights
+
+    logging.disable_progress_bar()  # the library's loading bar would split a one-line answer or error
     directory = Path(directory)
     d = read_config_json(directory)
     model_type, notes = known_type(d, directory / "config.json")
-    d = {k: v for k, v in d.items() if k != "auto_map"}
+    not_quantized(d, directory / "config.json")
+    d = floats_where_floats(CONFIG_MAPPING[model_type], {k: v for k, v in d.items() if k != "auto_map"})
     checked_before_building(d, sets, "config.json: ")
     try:
         with quiet():
@@ -324,7 +330,53 @@ def directory_config(directory: Path, sets: dict[str, Any]):
             raise InputError(f"--set {key}: {type(target).__name__} has no field {name!r}")
         value = _known(type(target), {name: value}, key[: len(key) - len(name)])[name]
         _validated(lambda: setattr(target, name, value), f"{key}={value!r}")
+    enough_tokens(config, directory)
+    checked_weights(directory, config)  # header, shapes and values, before any model is built
     return config, notes
+
+
+def not_quantized(d: dict, path: Path) -> None:
+    """A quantized checkpoint (bitsandbytes, GPTQ, AWQ...) is refused: its weights are not the model's
+    numbers, and loading them would need the quantizer's own package and kernels."""
+    for where, node in (("", d), *((f"{k}.", v) for k, v in d.items() if isinstance(v, dict))):
+        q = node.get("quantization_config")
+        if q is not None:
+            method = q.get("quant_method", "unnamed") if isinstance(q, dict) else "unnamed"
+            raise InputError(f"{path}: {where}quantization_config ({method}): quantized weights are not read here; "
+                             "give the unquantized model")
+
+
+def floats_where_floats(config_class, d: dict) -> dict:
+    """``d`` with an integer given to a float field made a float (``"final_logit_softcapping": 30``), in the
+    sub-configurations too: what --set does, and what the strict configuration classes would refuse."""
+    subs = getattr(config_class, "sub_configs", None) or {}
+    out = dict(_known_floats(config_class, d))
+    for key, sub in subs.items():
+        if isinstance(out.get(key), dict) and isinstance(sub, type):
+            out[key] = floats_where_floats(sub, out[key])
+    return out
+
+
+def _known_floats(config_class, d: dict) -> dict:
+    if not dataclasses.is_dataclass(config_class):
+        return d
+    types = {f.name: str(f.type) for f in dataclasses.fields(config_class)}
+    return {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and "float" in types.get(k, "")
+            and "int" not in types.get(k, "") else v for k, v in d.items()}
+
+
+MIN_TEXT_TOKENS = 2  # random text ids are drawn below the special ids: fewer than two would be one token repeated
+
+
+def enough_tokens(config, directory: Path) -> None:
+    """The vocabulary leaves at least two ordinary token ids below its special ones: else every input the
+    tool draws is one token, repeated (a vocabulary of 2 whose ids are pad and eos)."""
+    from softcapgrad.models.inputs import text_tokens, vocabulary
+
+    vocab = vocabulary(config)
+    if vocab > 1 and text_tokens(config) < MIN_TEXT_TOKENS:
+        raise InputError(f"{directory}/config.json: a vocabulary of {vocab} leaves {text_tokens(config)} token id(s) "
+                         f"below its special ids; at least {MIN_TEXT_TOKENS} are needed to run the model")
 
 
 def source(directory: Path | None, model_type: str | None, sets: list[str]) -> Source:
