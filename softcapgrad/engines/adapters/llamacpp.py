@@ -133,6 +133,20 @@ def written(path: Path) -> tuple[str, dict, str]:
     return arch, keys, "+".join(types)
 
 
+def load(llama_cpp, path: Path, n: int, options: dict):
+    """``llama_cpp.Llama`` on the file; where it refuses the file, its loader's own last error line is the reason
+    (llama-cpp-python hides the loader's log unless verbose, so the refused load is repeated with its log kept)."""
+    arguments = dict(model_path=str(path), n_ctx=n, n_batch=n, n_ubatch=n, logits_all=True, **options)
+    try:
+        return llama_cpp.Llama(verbose=False, **arguments)
+    except ValueError as err:
+        log = io.StringIO()
+        with contextlib.redirect_stderr(log), contextlib.suppress(ValueError):
+            llama_cpp.Llama(verbose=True, **arguments).close()
+        errors = [line.strip() for line in log.getvalue().splitlines() if "error" in line.lower()]
+        raise RuntimeError(f"llama.cpp refused the converted file: {errors[-1] if errors else err}") from None
+
+
 def logits(path: Path, ids: np.ndarray, route: str) -> tuple[np.ndarray, str]:
     import llama_cpp
 
@@ -140,8 +154,7 @@ def logits(path: Path, ids: np.ndarray, route: str) -> tuple[np.ndarray, str]:
     if route == "f32-kv32":
         options.update(type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)
     n = int(ids.size)
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n, n_batch=n, n_ubatch=n, logits_all=True, verbose=False,
-                          **options)
+    llm = load(llama_cpp, path, n, options)
     try:
         llm.eval([int(i) for i in ids])
         out = np.array(llm.scores[:n], dtype=np.float32)
