@@ -49,7 +49,9 @@ def test_tokenizer_json_round_trips_every_id_with_transformers(tmp_path):
     write_tokenizer(tmp_path, GEMMA)
     tok = AutoTokenizer.from_pretrained(str(tmp_path))
     ids = list(range(300))
+    assert tok.decode([5, 9, 0]) == "<t5><t9><pad>"
     assert tok(tok.decode(ids), add_special_tokens=False)["input_ids"] == ids
+    assert tok("<t5> <t9>", add_special_tokens=False)["input_ids"] == [5, 9]
     assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id, tok.unk_token_id) == (0, 1, 2, 3)
     assert tok.convert_ids_to_tokens([5, 299]) == ["<t5>", "<t299>"]
 

@@ -11,12 +11,19 @@ Where two roles share an id, the first of pad, eos, bos, unk names it.
 
 Three files, each the same bytes on every run and machine:
 
-- ``tokenizer.json``: a ``tokenizers`` word-level model split on whitespace, the special pieces
-  registered as special tokens, so ``"<t5> <t9>"`` encodes to [5, 9] and decodes back;
+- ``tokenizer.json``: a ``tokenizers`` word-level model whose pre-tokenizer splits text at whitespace
+  and around each ``<...>``, the special pieces registered as special tokens, and a decoder that joins
+  pieces without spaces: ``"<t5><t9>"`` (or ``"<t5> <t9>"``) encodes to [5, 9], [5, 9] decodes to
+  ``"<t5><t9>"``;
 - ``tokenizer_config.json``: the special pieces and the tokenizer class;
 - ``tokenizer.model``: a sentencepiece ``ModelProto`` (unigram, identity normalizer, no dummy prefix;
   the specials CONTROL, ``<unk>`` UNKNOWN, every other piece NORMAL with score 0), serialized
   deterministically, so ``"<t5><t9>"`` encodes to [5, 9].
+
+``tokenizer_config.json``'s ``added_tokens_decoder`` lists every piece (the specials as special), so
+that llama.cpp's converter, which reads it, marks the ordinary pieces user-defined; llama.cpp matches
+user-defined pieces in text whole, so a llama.cpp server given the text ``"<t5><t9>"`` reads ids 5
+and 9 (its own tokenizer would otherwise find no piece in it).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pathlib import Path
 from softcapgrad.core.files import write_atomic
 
 ROLES = ("pad", "eos", "bos", "unk")
+PIECE = r"<[^<>]*>"  # one piece: what the pre-tokenizer splits text into
 FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
@@ -71,10 +79,12 @@ def vocabulary(config: dict) -> Vocabulary:
 
 
 def tokenizer_json(vocab: Vocabulary) -> str:
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     tokenizer = Tokenizer(models.WordLevel({p: i for i, p in enumerate(vocab.pieces)}, unk_token=vocab.piece("unk")))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                       pre_tokenizers.Split(Regex(PIECE), behavior="isolated")])
+    tokenizer.decoder = decoders.Fuse()
     specials = sorted(set(vocab.special.values()))
     tokenizer.add_special_tokens([AddedToken(vocab.pieces[i], special=True, normalized=False) for i in specials])
     return tokenizer.to_str(pretty=True) + "\n"
@@ -86,10 +96,11 @@ def tokenizer_config(vocab: Vocabulary) -> str:
     for role in ROLES:
         if role in vocab.special:
             config[f"{role}_token"] = vocab.piece(role)
+    specials = set(vocab.special.values())
     config["added_tokens_decoder"] = {
-        str(i): {"content": vocab.pieces[i], "special": True, "normalized": False, "lstrip": False,
+        str(i): {"content": piece, "special": i in specials, "normalized": False, "lstrip": False,
                  "rstrip": False, "single_word": False}
-        for i in sorted(set(vocab.special.values()))}
+        for i, piece in enumerate(vocab.pieces)}
     return json.dumps(config, indent=1, sort_keys=True) + "\n"
 
 
