@@ -5,10 +5,11 @@ version; the environment is ``<cache>/softcapgrad/engines/<name>-<hash>`` with `
 user's ``XDG_CACHE_HOME`` (``~/.cache`` when unset) and ``<hash>`` the first 16 hex digits of the
 sha256 of the file, as pre-commit and nox key theirs: a changed file is a new key, so the next use
 builds afresh and the old folder is stale. An environment is built in a temporary folder beside its
-final one (``python -m venv``, ``pip install --no-deps -r FILE``, then the ``# remove:`` packages),
-stamped, and renamed into place, under a lock so that two runs never build the same one. Nothing
-half-built is ever used: a folder whose stamp is missing or unreadable, or whose interpreter is
-gone, is *broken* and is rebuilt on install, refused otherwise.
+final one (``python -m venv``, ``pip install --no-deps -r FILE``, then the ``# remove:`` packages,
+then each ``# then: SCRIPT`` of adapters/ run by the new interpreter), stamped, and renamed into
+place, under a lock so that two runs never build the same one. Nothing half-built is ever used: a
+folder whose stamp is missing or unreadable, or whose interpreter is gone, is *broken* and is
+rebuilt on install, refused otherwise.
 
 The pseudo-environment ``main`` is the interpreter running softcapgrad itself (for engines that need
 only torch and transformers); it is never built or removed.
@@ -53,6 +54,7 @@ class Requirements:
     removals: tuple[str, ...]  # packages uninstalled after the install
     python: str | None  # "3.11": the interpreter to build with (None: the one running softcapgrad)
     digest: str  # sha256 of the file's bytes, hex
+    then: tuple[str, ...] = ()  # adapters/ scripts run by the new environment's interpreter after the install
 
 
 def requirements_file(name: str) -> Path:
@@ -66,7 +68,7 @@ def read(name: str, path: Path | None = None) -> Requirements:
         data = path.read_bytes()
     except OSError as err:
         raise InputError(f"engine environment {name}: no requirements file {path.name} ({err.strerror})") from None
-    packages, removals, python = [], [], None
+    packages, removals, python, then = [], [], None, []
     for raw in data.decode("utf-8").splitlines():
         line = raw.strip()
         if line.startswith("#"):
@@ -75,9 +77,12 @@ def read(name: str, path: Path | None = None) -> Requirements:
                 removals += body[len("remove:"):].split()
             elif body.startswith("python:"):
                 python = body[len("python:"):].strip()
+            elif body.startswith("then:"):
+                then += body[len("then:"):].split()
         elif line:
             packages.append(line.split(" #")[0].strip())
-    return Requirements(name, path, tuple(packages), tuple(removals), python, hashlib.sha256(data).hexdigest())
+    return Requirements(name, path, tuple(packages), tuple(removals), python, hashlib.sha256(data).hexdigest(),
+                        tuple(then))
 
 
 def folder(req: Requirements, root: Path | None = None) -> Path:
@@ -241,6 +246,9 @@ def build(req: Requirements, root: Path | None = None, say: Say = lambda line: N
                        "--no-input", "-r", str(req.path)], tmp, say, req.name, len(req.packages))
             if req.removals:
                 _step([python, "-I", "-m", "pip", "uninstall", "-y", *req.removals], tmp, say, req.name, 0)
+            for script in req.then:  # e.g. llama.cpp's converter, taken from the source distribution pip built
+                say(f"{req.name}: running {script}")
+                _step([python, "-I", str(HERE / "adapters" / script)], tmp, say, req.name, 0)
             versions = _installed(python, tmp)
             stamp = {"sha256": req.digest, "requirements": req.path.name, "versions": versions,
                      "python": subprocess.run([python, "-I", "-c", "import sys; print(sys.version.split()[0])"],

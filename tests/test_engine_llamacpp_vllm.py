@@ -1,0 +1,91 @@
+"""llama.cpp (its own converter, then llama-cpp-python) and vLLM on the CPU, live from their own environments.
+
+Each test runs only where its environment is installed (``softcapgrad engines install llamacpp`` or
+``vllm_cpu``): llama.cpp builds from source, vLLM is a 2.5 GB install, so neither is part of a first
+``make test``; a skipped test says which command installs it. vLLM's tests are also marked slow (an
+engine start is about a minute of CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from softcapgrad.engines import environments as envs
+from softcapgrad.engines import parity, runner, verdict
+from softcapgrad.engines.vocabulary import write_tokenizer
+
+pytest.importorskip("transformers")
+
+
+def installed(name: str):
+    state = envs.state(name)
+    if state.state != "installed":
+        pytest.skip(f"the {name} environment is {state.state}: softcapgrad engines install {name}")
+    return state.python
+
+
+def inputs(tmp_path, model_type: str, *sets: str, seq_len: int = 24):
+    from softcapgrad.models import audit
+    from softcapgrad.models.tiny import HEAD_DIM
+
+    src = audit.source(None, model_type, [f"query_pre_attn_scalar={HEAD_DIM}", "sliding_window=8", *sets])
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    return parity.prepare(src, seq_len, 0, folder), folder
+
+
+def run(python, adapter, route, tmp_path, folder, variants):
+    work = runner.prepare(tmp_path / f"run-{route}", folder, variants)
+    return runner.run(python, adapter, route, work, variants, timeout=600)
+
+
+def test_llamacpp_f32_applies_gemma2s_final_cap_and_converts_the_caps_and_window(tmp_path):
+    python = installed("llamacpp")
+    reference, folder = inputs(tmp_path, "gemma2", "final_logit_softcapping=30", "attn_logit_softcapping=50")
+    out = run(python, "llamacpp", "f32", tmp_path, folder, ["capped", "final-off"])
+    assert out.reason is None, out.stderr
+    assert "convert_hf_to_gguf.py" in out.info["did"] and out.info["precision"] == "fp32"
+    notes = " ".join(out.info["notes"])
+    assert "gemma2.attn_logit_softcapping = 50.0" in notes and "gemma2.attention.sliding_window = 8" in notes
+    assert "final-off: the converter failed" in notes  # its Gemma 2 class writes a null cap as a float
+    rows = verdict.verdicts({"capped": out.logits["capped"], "final off": out.logits["final-off"]}, reference,
+                            once=2.0 ** -11)
+    final = next(r for r in rows if r["cap"] == "final")
+    assert final["verdict"] == "applied" and final["max_logit"] <= 30.0
+    attention = next(r for r in rows if r["cap"] == "attention")
+    assert attention["error"] * 20 < attention["error_off"]  # far nearer the capped reference than the uncapped
+
+
+def test_llamacpp_refuses_gemma3_with_an_attention_cap_with_its_converters_own_assertion(tmp_path):
+    python = installed("llamacpp")
+    _, folder = inputs(tmp_path, "gemma3_text", "final_logit_softcapping=30", "attn_logit_softcapping=50")
+    out = run(python, "llamacpp", "f32", tmp_path, folder, ["capped"])
+    assert out.code == 1
+    assert out.reason.endswith('conversion/gemma.py:153: assert hparams.get("attn_logit_softcapping") is None') or \
+        'assert hparams.get("attn_logit_softcapping") is None' in out.reason
+
+
+def test_llamacpp_has_no_vaultgemma_in_its_converters_registry(tmp_path):
+    python = installed("llamacpp")
+    folder = tmp_path / "inputs"
+    (folder / "capped").mkdir(parents=True)
+    config = {"architectures": ["VaultGemmaForCausalLM"], "model_type": "vaultgemma", "vocab_size": 16}
+    (folder / "capped" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    write_tokenizer(folder / "capped", config)
+    runner.write_ids(folder, np.arange(4, 8))
+    out = run(python, "llamacpp", "f32", tmp_path, folder, ["capped"])
+    assert out.no_architecture
+    assert "conversion.TEXT_MODEL_MAP" in out.reason and "VaultGemmaForCausalLM" in out.reason
+
+
+@pytest.mark.slow
+def test_vllm_fp32_gives_transformers_log_probs_with_both_caps(tmp_path):
+    python = installed("vllm_cpu")
+    reference, folder = inputs(tmp_path, "gemma2", "final_logit_softcapping=30", "attn_logit_softcapping=50")
+    out = run(python, "vllm_cpu", "fp32", tmp_path, folder, ["capped", "final-off"])
+    assert out.reason is None, out.stderr
+    assert out.info["precision"] == "fp32" and out.info["output"] == "logits"
+    rows = verdict.verdicts({"capped": out.logits["capped"], "final off": out.logits["final-off"]}, reference)
+    assert {r["cap"]: r["verdict"] for r in rows} == {"attention": "applied", "final": "applied"}
