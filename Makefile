@@ -13,7 +13,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-PARITY_TYPES := gemma2 gemma3_text
+PARITY_TYPES := gemma2 gemma3_text vaultgemma
 
 .PHONY: install reproduce test bench census experiment parity clean
 

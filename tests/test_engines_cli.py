@@ -46,3 +46,12 @@ def test_removing_what_is_not_there_says_so(cache):
     result = CliRunner().invoke(app, ["engines", "remove", "onnx", "transformers"])
     assert result.exit_code == 0
     assert "onnx: was not installed." in result.output and "main: softcapgrad's own, kept." in result.output
+
+
+def test_parity_that_knows_nothing_can_run_exits_2(cache):
+    """Keras Hub's registry holds no VaultGemma: before building anything, one line and exit 2."""
+    result = CliRunner().invoke(app, ["parity", "--model-type", "vaultgemma", "--engine", "kerashub"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "softcapgrad: error: no engine asked for has the architecture vaultgemma (kerashub converts gemma2, "
+        "gemma3_text): nothing to run"]
