@@ -137,6 +137,7 @@ def as_dict(results: list[Parity]) -> dict:
         "rows": [row for r in results for row in r.rows],
         "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
         "not_measured": not_here(),
+        "model_types_not_yet": [{"model_type": t, "why": why} for t, why in ref.NOT_YET],
     })
 
 
@@ -168,6 +169,8 @@ def markdown(results: list[Parity], answer: tuple[str, ...]) -> str:
             versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())
             lines.append(f"| {e['engine']} | {e['route']} | {e['did'] or e['how']} | {versions} |")
         lines.append("")
-    lines += ["## Not measured here", "", "| engine | would check |", "| --- | --- |"]
+    lines += ["## Model types not built yet", "", "| model type | why |", "| --- | --- |"]
+    lines += [f"| {t} | {why} |" for t, why in ref.NOT_YET]
+    lines += ["", "## Not measured here", "", "| engine | would check |", "| --- | --- |"]
     lines += [f"| {row['engine']} | {row['would_check']} |" for row in not_here()]
     return "\n".join(lines) + "\n"
