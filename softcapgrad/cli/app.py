@@ -26,6 +26,7 @@ app.command("audit-model")(models.audit_model)
 app.command()(census.census)
 app.command()(experiments.experiment)
 app.command()(engines.parity)
+app.add_typer(engines.engines_app, name="engines")
 
 
 def main() -> None:

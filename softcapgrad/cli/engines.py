@@ -8,39 +8,19 @@ import typer
 from softcapgrad.cli.common import bounded, emit, InputError, Json, not_with, pick, Report, seed_in_range, Wide
 
 FILES = ("parity.json", "parity.md", "figures/parity.png")
-DEFAULT_SETS = ["final_logit_softcapping=30", "attn_logit_softcapping=50"]
-COLOURS = {"applied": "tab:green", "ignored": "tab:red", "different": "tab:orange", "not finite": "tab:purple",
-           "not bound": "tab:olive", "unused by transformers": "tab:olive", "could not run": "lightgrey", "not set": "white"}
 
 
-def parity_figure(rows: list[dict]):
-    """Engines × caps (per model): the verdict as a colour, the largest log-prob error as text."""
-    from softcapgrad.core.plot import DPI, SIZE, pyplot
-
-    plt = pyplot()
-    columns = list(dict.fromkeys((r["model"], r["cap"]) for r in rows))
-    engines = list(dict.fromkeys(r["engine"] for r in rows))
-    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
-    for r in rows:
-        x, y = columns.index((r["model"], r["cap"])), engines.index(r["engine"])
-        added = r["verdict"] == "unused by transformers" and "the engine applies it" in (r.get("hint") or "")
-        colour = "tab:red" if added else COLOURS.get(r["verdict"], "white")
-        ax.add_patch(plt.Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, color=colour, ec="k"))
-        error = "" if r["error"] is None else f"\n{r['error']:.2g}"
-        text = "applied by the engine,\nunused by transformers" if added else r["verdict"]
-        ax.text(x, y, text + error, ha="center", va="center", fontsize=7)
-    ax.set_xlim(-0.5, len(columns) - 0.5)
-    ax.set_ylim(len(engines) - 0.5, -0.5)
-    ax.set_xticks(range(len(columns)), [f"{m}\n{c} cap" for m, c in columns], fontsize=7)
-    ax.set_yticks(range(len(engines)), engines, fontsize=8)
-    ax.set_title("verdict per engine and cap; below it, the largest |Δ log-prob| against the capped form", fontsize=9)
-    fig.tight_layout()
-    return fig
+def _fix(rows: list[dict], bad: dict) -> str:
+    """The route of the same engine that keeps this cap, as the setting to change."""
+    keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
+             and r["cap"] == bad["cap"] and r["verdict"] == "applied"]
+    return f"; route {keeps[0]} keeps it" if keeps else "; no route of it tried here keeps it"
 
 
 def _answer(results) -> tuple[str, ...]:
     rows = [r for p in results for r in p.rows]
-    bad = [f"{r['engine']} {r['verdict']} the {r['cap']} cap of {r['model']}" + (f" ({r['hint']})" if r.get("hint") else "")
+    bad = [f"{r['engine']} ({r['route']}) {r['verdict']} the {r['cap']} cap of {r['model']}"
+           + (f" ({r['hint']})" if r.get("hint") else "") + _fix(rows, r)
            for r in rows if r["verdict"] in ("ignored", "different", "not finite")]
     bad += [f"{r['engine']} applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
@@ -52,7 +32,7 @@ def _answer(results) -> tuple[str, ...]:
              "Caps lost, altered or added: " + "; ".join(bad)) + f" (inputs built so that each cap binds; {reach})."
     second = f"Applied by: {', '.join(ok) or 'none'}."
     third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else
-             "Every engine listed ran.") + " vLLM, SGLang and TensorRT-LLM need a GPU: not measured here."
+             "Every engine listed ran.") + " GPU kernels (vLLM's CUDA backends, SGLang, flash-attn): not measured here."
     return first, second, third
 
 
@@ -60,20 +40,22 @@ def parity_report(results, out: Optional[Path], params: dict) -> Report:
     from softcapgrad.core.report import Table
     from softcapgrad.engines import parity
 
-    rows = [{"engine": r["engine"], "model": r["model"], "cap": r["cap"], "verdict": r["verdict"],
-             "error": r["error"], "error_off": r["error_off"], "tolerance": r["tolerance"], "where": r["where"],
+    rows = [{"engine": r["engine"], "route": r["route"], "model": r["model"], "cap": r["cap"],
+             "verdict": r["verdict"], "max_logit": r.get("max_logit"), "error": r["error"],
+             "error_off": r["error_off"], "tolerance": r["tolerance"], "where": r["where"],
              "note": r.get("hint", ""), "precap_error": r.get("precap_error"), "reach": r["reach"]}
             for p in results for r in p.rows]
-    engines = [{"engine": e["engine"], "model": e["model"], "cpu_s": e["cpu_s"], "wall_s": e["wall_s"],
-                "reason": e["reason"] or "", "how": e["how"]} for p in results for e in p.engines]
+    engines = [{"engine": e["engine"], "route": e["route"], "model": e["model"], "cpu_s": e["cpu_s"],
+                "wall_s": e["wall_s"], "reason": e["reason"] or "", "did": e["did"] or e["how"]}
+               for p in results for e in p.engines]
     return Report(
         command="parity", params=params,
         tables=(
             Table("rows", "verdict per engine and cap (log-prob errors over the whole vocabulary)", rows,
-                  ("engine", "model", "cap", "verdict", "error", "error_off", "tolerance"),
-                  wide=("where", "note", "precap_error", "reach")),
+                  ("engine", "route", "model", "cap", "verdict", "max_logit", "error"),
+                  wide=("error_off", "tolerance", "where", "note", "precap_error", "reach")),
             Table("engines", "engines: CPU time (user + system) of the child process, conversion included", engines,
-                  ("engine", "model", "cpu_s", "wall_s"), wide=("reason", "how")),
+                  ("engine", "route", "model", "cpu_s", "wall_s"), wide=("reason", "did")),
             Table("not_measured", "not measured here", parity.not_here(), ("engine", "verdict"), wide=("would_check",)),
         ),
         notes=(f"written: {', '.join(str(out / f) for f in FILES)}" if out else "nothing written (no --out)",
@@ -83,22 +65,54 @@ def parity_report(results, out: Optional[Path], params: dict) -> Report:
     )
 
 
+def _say(line: str) -> None:
+    typer.echo(f"softcapgrad engines: {line}", err=True)
+
+
+def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> dict:
+    """Each environment's state, installed first where asked; one line and exit 2 when nothing can run."""
+    from softcapgrad.engines import catalog, environments
+
+    known = catalog.engines()
+    claimed = [n for n in names if known[n].types is None or any(t in known[n].types for t in types)]
+    if types and not claimed:
+        claims = "; ".join(f"{n} converts {', '.join(known[n].types)}" for n in names)
+        raise InputError(f"no engine asked for has the architecture {', '.join(types)} ({claims}): nothing to run")
+    states = {}
+    for name in names:
+        env = known[name].environment
+        if env in states:
+            continue
+        if explicit or install:
+            states[env] = environments.ready(env, install, say=_say, engine=name)
+        else:
+            states[env] = environments.state(env)
+    runnable = [(n, t) for n in names for t in types
+                if states[known[n].environment].state == "installed" and (known[n].types is None or t in known[n].types)]
+    if types and not runnable:
+        absent = [n for n in claimed if states[known[n].environment].state != "installed"]
+        raise InputError(f"no engine asked for can run {', '.join(types)}: {', '.join(absent)} not installed "
+                         "(softcapgrad engines install NAME)")
+    return states
+
+
 def parity(
-    directory: Annotated[Optional[Path], typer.Argument(help="A local Gemma 2 model directory (config.json, safetensors "
+    directory: Annotated[Optional[Path], typer.Argument(help="A local model directory (config.json, safetensors "
                                                              "weights; never downloaded).")] = None,
     model_type: Annotated[Optional[list[str]], typer.Option(
-        "--model-type", help="gemma2 or gemma3_text, built tiny (repeatable; default gemma2, caps 30 and 50).")] = None,
+        "--model-type", help="A capped model type, built tiny (repeatable; default gemma2, caps 30 and 50).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Config field KEY=VALUE (repeatable).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
-        "--engine", help="onnx, llamacpp, kerashub, torchexport, inductor, or all (repeatable; default all).")] = None,
+        "--engine", help="An engine (softcapgrad engines lists them), or all (repeatable; default all).")] = None,
+    install: Annotated[bool, typer.Option("--install", help="Install the engines' environments first.")] = False,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens of the random input.")] = 16,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the weights and token ids (default 0).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds each engine may take, conversion included.")] = 120.0,
+    timeout: Annotated[float, typer.Option(help="Seconds each engine route may take, conversion included.")] = 300.0,
     out: Annotated[Optional[Path], typer.Option(help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
-    """Do a model's soft-caps survive export: the same weights through each engine, a verdict per cap."""
+    """Do a model's soft-caps survive leaving transformers: the same weights through each engine, a verdict per cap."""
 
     def build() -> Report:
         import importlib.util
@@ -109,21 +123,18 @@ def parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import writable_folder, write_atomic
-        from softcapgrad.engines import parity as run, runner
+        from softcapgrad.engines import catalog, parity as run, reference, runner
         from softcapgrad.models import audit
 
-        names = pick("--engine", engine, tuple(runner.ENGINES))
-        if engine and not any(e.strip().lower() == "all" for e in engine):
-            for name in names:  # an engine asked for by name must be installed
-                absent = runner.missing(runner.ENGINES[name])
-                if absent:
-                    raise InputError(absent)
+        known = catalog.engines()
+        names = pick("--engine", engine, tuple(known))
+        explicit = bool(engine) and not any(e.strip().lower() == "all" for e in engine)
         if directory is not None:
             not_with({"--model-type": model_type}, "with a model directory")
         types = [] if directory is not None else list(dict.fromkeys(model_type or ["gemma2"]))
         for t in types:
-            if t not in ("gemma2", "gemma3_text"):
-                raise InputError(f"--model-type {t}: parity runs gemma2 and gemma3_text")
+            if t not in reference.SUPPORTED:
+                raise InputError(f"--model-type {t}: parity runs {', '.join(reference.SUPPORTED)}")
         n = bounded("--seq-len", seq_len, 2, 512)
         s = seed_in_range(seed)
         if not 1 <= timeout <= 3600:
@@ -134,19 +145,21 @@ def parity(
         if directory is not None:
             sources.append((str(directory), audit.source(directory, None, set_ or [])))
         for t in types:
-            from softcapgrad.models.tiny import HEAD_DIM
-
-            head = [f"query_pre_attn_scalar={HEAD_DIM}"]  # llama.cpp and Keras Hub derive the scale from the head size
-            sources.append((t, audit.source(None, t, head + DEFAULT_SETS + (set_ or []))))
+            sources.append((t, audit.source(None, t, reference.tiny_sets(t) + (set_ or []))))
+        for _, src in sources:
+            reference.check(src.config)
+        states = _plan(names, [src.config.model_type for _, src in sources], explicit, install)
         import torch
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
+        chosen = [known[name] for name in names]
         try:
             results = []
-            with progress.task("parity: engines", len(names) * len(sources)) as advance:
+            total = sum(len(e.routes) for e in chosen) * len(sources)
+            with runner.terminations(), progress.task("parity: engines", total) as advance:
                 for label, src in sources:
-                    results.append(run.measure(src, names, n, s, timeout, label, advance))
+                    results.append(run.measure(src, chosen, states, n, s, timeout, label, advance))
         finally:
             torch.set_num_threads(threads)
         params = {"model": str(directory) if directory else types, "set": set_ or [], "engines": names,
@@ -157,7 +170,8 @@ def parity(
                                                            **run.as_dict(results)}, indent=1, sort_keys=True) + "\n")
             write_atomic(out / "parity.md", run.markdown(results, report.answer))
             try:
-                from softcapgrad.ledger.figures import save
+                from softcapgrad.core.plot import save
+                from softcapgrad.engines.figure import parity_figure
 
                 (out / "figures").mkdir(parents=True, exist_ok=True)
                 save(parity_figure([r for p in results for r in p.rows]), out / "figures" / "parity.png")
@@ -166,3 +180,83 @@ def parity(
         return report
 
     emit(build, json_out, wide, command="parity")
+
+
+engines_app = typer.Typer(add_completion=False, no_args_is_help=False)
+
+
+def _listing() -> Report:
+    from softcapgrad.core.report import Table
+    from softcapgrad.engines import catalog, environments
+
+    states = {env: environments.state(env) for env in catalog.environments()}
+    rows = []
+    for e in catalog.engines().values():
+        st = states[e.environment]
+        shown = {k: v for k, v in st.versions.items() if k.lower() in _MAIN_PACKAGES + (e.name, e.adapter)}
+        rows.append({"engine": e.name, "environment": e.environment, "state": st.state,
+                     "size_mib": round(st.size / 2 ** 20, 1) if st.size else None,
+                     "routes": ", ".join(r.id for r in e.routes),
+                     "versions": ", ".join(f"{k} {v}" for k, v in (shown or st.versions).items()),
+                     "reason": st.reason, "path": str(st.path) if st.path else "softcapgrad's own"})
+    ready = [r["engine"] for r in rows if r["state"] == "installed"]
+    answer = (f"{len(ready)} of {len(rows)} engines can run now: {', '.join(ready) or 'none'}.",
+              "softcapgrad engines install NAME builds an engine's environment (once; reused after).")
+    return Report(command="engines", params={"cache": str(environments.cache_root())},
+                  tables=(Table("rows", "engines and their environments", rows,
+                                ("engine", "environment", "state", "size_mib", "routes"),
+                                wide=("versions", "reason", "path")),),
+                  answer=answer)
+
+
+_MAIN_PACKAGES = ("torch", "transformers", "onnxruntime", "keras-hub", "jax", "llama-cpp-python", "vllm")
+
+
+@engines_app.callback(invoke_without_command=True)
+def engines_list(ctx: typer.Context, json_out: Json = False, wide: Wide = False) -> None:
+    """The engines parity runs, each with its environment's state, versions and size on disk."""
+    if ctx.invoked_subcommand is None:
+        emit(_listing, json_out, wide, command="engines")
+
+
+def _manage(names: list[str], act) -> Report:
+    from softcapgrad.core.report import Table
+    from softcapgrad.engines import catalog
+
+    known = catalog.engines()
+    picked = pick("engine", names, tuple(known))
+    rows = []
+    for env in dict.fromkeys(known[n].environment for n in picked):
+        rows.append(act(env))
+    return Report(command="engines", params={"engines": picked}, tables=(Table("rows", "environments", rows),),
+                  answer=(" ".join(r["done"] for r in rows),))
+
+
+@engines_app.command("install")
+def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
+                    json_out: Json = False) -> None:
+    """Build the engines' environments (reused when already built; rebuilt when broken or stale)."""
+    from softcapgrad.engines import environments
+
+    def act(env):
+        st = environments.install(env, say=_say)
+        return {"environment": env, "state": st.state, "size_mib": round(st.size / 2 ** 20, 1),
+                "done": f"{env}: {st.state} ({st.size / 2 ** 20:.0f} MiB)."}
+
+    emit(lambda: _manage(names, act), json_out, command="engines install")
+
+
+@engines_app.command("remove")
+def engines_remove(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
+                   json_out: Json = False) -> None:
+    """Delete the engines' environments (every key of each: current and stale)."""
+    from softcapgrad.engines import environments
+
+    def act(env):
+        if env == environments.MAIN:
+            return {"environment": env, "freed_mib": 0.0, "done": f"{env}: softcapgrad's own, kept."}
+        freed = environments.remove(env)
+        return {"environment": env, "freed_mib": round(freed / 2 ** 20, 1),
+                "done": f"{env}: removed ({freed / 2 ** 20:.0f} MiB freed)." if freed else f"{env}: was not installed."}
+
+    emit(lambda: _manage(names, act), json_out, command="engines remove")

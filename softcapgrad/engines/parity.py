@@ -8,6 +8,7 @@ results files.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
-from softcapgrad.engines import runner, verdict
+from softcapgrad.engines import catalog, runner, verdict
 
 FOLDERS = {"capped": "capped", "final off": "final-off", "uncapped": "uncapped"}  # variant -> folder name
 TIMES = ("cpu_s", "wall_s")  # printed, and in make bench; left out of the files, which stay the same run to run
@@ -54,51 +55,68 @@ def variants(reference) -> list[str]:
     return ["capped", "final off"] + (["uncapped"] if dead else [])
 
 
-def _engine_rows(engine: runner.Engine, reference, work: Path, timeout: float) -> tuple[list, dict]:
-    info = {"engine": engine.name, "how": engine.how, "precision": engine.precision,
-            "versions": runner.versions(engine), "cpu_s": None, "wall_s": None, "reason": None}
-    refused = dict(engine.refusals).get(reference.model_type)
-    if refused or reference.model_type not in engine.types:
-        reason = refused or f"runs {', '.join(engine.types)}, not {reference.model_type}"
-        info["reason"] = reason
-        return verdict.could_not_run(reference, reason), info
-    absent = runner.missing(engine)
-    if absent:
-        info["reason"] = absent
-        return verdict.could_not_run(reference, absent), info
-    outcome = runner.run(engine, work, [FOLDERS[v] for v in variants(reference)], timeout)
-    info.update(cpu_s=round(outcome.cpu_s, 1), wall_s=round(outcome.wall_s, 1), reason=outcome.reason)
+def _info(engine, route, state) -> dict:
+    return {"engine": engine.name, "route": route.id, "how": route.text, "precision": route.precision,
+            "environment": engine.environment, "versions": dict(state.versions) if state else {},
+            "did": "", "cpu_s": None, "wall_s": None, "reason": None}
+
+
+def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> tuple[list, dict]:
+    info = _info(engine, route, state)
+    if engine.types is not None and reference.model_type not in engine.types:
+        info["reason"] = f"{engine.name} converts {', '.join(engine.types)}, not {reference.model_type}"
+        return verdict.no_architecture(reference, info["reason"]), info
+    if state is None or state.state != "installed":
+        why = "not installed" if state is None else f"{state.state} {state.reason}".strip()
+        info["reason"] = f"environment {engine.environment} {why}: softcapgrad engines install {engine.name}"
+        return verdict.could_not_run(reference, info["reason"]), info
+    folders = [FOLDERS[v] for v in variants(reference)]
+    work = runner.prepare(tmp / f"run-{engine.name}-{route.id}", tmp, folders)
+    try:
+        outcome = runner.run(state.python, engine.adapter, route.adapter_route, work, folders, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    reported = outcome.info.get("versions") if isinstance(outcome.info.get("versions"), dict) else {}
+    info.update(cpu_s=round(outcome.cpu_s, 1), wall_s=round(outcome.wall_s, 1), reason=outcome.reason,
+                did=str(outcome.info.get("did", "")), precision=str(outcome.info.get("precision", route.precision)))
+    if reported:
+        info["versions"] = reported
+    if outcome.no_architecture:
+        return verdict.no_architecture(reference, outcome.reason), info
     if outcome.reason:
         return verdict.could_not_run(reference, outcome.reason), info
     logits = {variant: outcome.logits[FOLDERS[variant]] for variant in variants(reference)}
     shape = reference.logits["capped"].shape
-    if any(v.shape != shape for v in logits.values()):
-        reason = f"logits of shape {next(v.shape for v in logits.values() if v.shape != shape)}, expected {shape}"
-        info["reason"] = reason
-        return verdict.could_not_run(reference, reason), info
-    return verdict.verdicts(logits, reference, engine.once), info
+    wrong = [v.shape for v in logits.values() if v.shape != shape]
+    if wrong:
+        info["reason"] = f"logits of shape {wrong[0]}, expected {shape}"
+        return verdict.could_not_run(reference, info["reason"]), info
+    judged = catalog.Route(route.id, route.text, info["precision"], route.argument, route.once)
+    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit), info
 
 
-def measure(src, engines: list[str], seq_len: int, seed: int, timeout: float, label: str, advance=None) -> Parity:
+def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: float, label: str,
+            advance=None) -> Parity:
+    """Every route of every engine on one model; ``states`` maps an environment to its State (None: absent)."""
     with tempfile.TemporaryDirectory(prefix="softcapgrad-parity-") as tmp:
         work = Path(tmp)
         reference = prepare(src, seq_len, seed, work)
         result = Parity(label, reference)
-        for name in engines:
-            engine = runner.ENGINES[name]
-            rows, info = _engine_rows(engine, reference, work, timeout)
-            for row in rows:
-                row.update(engine=name, model=label, reach=reference.reach.get(row["cap"]))
-            result.rows.extend(rows)
-            result.engines.append({**info, "model": label})
-            if advance:
-                advance()
+        for engine in engines:
+            for route in engine.routes:
+                rows, info = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout)
+                for row in rows:
+                    row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]))
+                result.rows.extend(rows)
+                result.engines.append({**info, "model": label})
+                if advance:
+                    advance()
     return result
 
 
 def not_here() -> list[dict]:
     return [{"engine": name, "verdict": "not measured here (needs a GPU)", "would_check": what}
-            for name, what in runner.NOT_HERE]
+            for name, what in catalog.NOT_HERE]
 
 
 def _clean(value):
@@ -119,6 +137,7 @@ def as_dict(results: list[Parity]) -> dict:
         "rows": [row for r in results for row in r.rows],
         "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
         "not_measured": not_here(),
+        "model_types_not_yet": [{"model_type": t, "why": why} for t, why in ref.NOT_YET],
     })
 
 
@@ -136,17 +155,22 @@ def markdown(results: list[Parity], answer: tuple[str, ...]) -> str:
         reach = ", ".join(f"{k} {v:.3g}" for k, v in r.reference.reach.items() if v is not None)
         lines += [f"## {r.model}", "", f"caps {r.reference.caps}; largest |a/c| reached: {reach}; "
                   f"{r.reference.ids.size} tokens, full vocabulary of {r.reference.logits['capped'].shape[1]}.", "",
-                  "| engine | cap | verdict | log-prob error | to uncapped | tolerance | where | note |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| engine | route | cap | verdict | largest \\|logit\\| | log-prob error | to uncapped | tolerance "
+                  "| where | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for row in r.rows:
-            lines.append(f"| {row['engine']} | {row['cap']} | {row['verdict']} | {_fmt(row['error'])} | "
+            top = f" (top {row['top_k']})" if row.get("top_k") else ""
+            lines.append(f"| {row['engine']} | {row['route']} | {row['cap']} | {row['verdict']}{top} | "
+                         f"{_fmt(row.get('max_logit'))} | {_fmt(row['error'])} | "
                          f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_fmt(row['where'])} | "
                          f"{row.get('hint', '')} |")
-        lines += ["", "| engine | path | versions |", "| --- | --- | --- |"]
+        lines += ["", "| engine | route | what ran | versions |", "| --- | --- | --- | --- |"]
         for e in r.engines:
             versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())
-            lines.append(f"| {e['engine']} | {e['how']} | {versions} |")
+            lines.append(f"| {e['engine']} | {e['route']} | {e['did'] or e['how']} | {versions} |")
         lines.append("")
-    lines += ["## Not measured here", "", "| engine | would check |", "| --- | --- |"]
+    lines += ["## Model types not built yet", "", "| model type | why |", "| --- | --- |"]
+    lines += [f"| {t} | {why} |" for t, why in ref.NOT_YET]
+    lines += ["", "## Not measured here", "", "| engine | would check |", "| --- | --- |"]
     lines += [f"| {row['engine']} | {row['would_check']} |" for row in not_here()]
     return "\n".join(lines) + "\n"

@@ -1,100 +1,85 @@
-"""The engines: what each needs, and running one in a child process with a time limit.
+"""Running one engine route: its adapter script in its environment's interpreter, isolated, with a time limit.
 
-An engine runs in its own process (``python -m softcapgrad.engines.child``), one thread, so that a
-crash, a hang or a memory blow-up in a converter or a runtime is a row with its reason and never
-takes the command down. The child reads transformers directories the parent wrote (config.json and
-model.safetensors: no code, no pickle) and writes each variant's logits as .npy (read back without
-pickle). CPU time is the child's own (user + system, from the kernel's accounting of children).
+The child is ``<env>/bin/python -I -c BOOTSTRAP WORK ROUTE VARIANT...``: isolated mode, so neither
+the working folder nor ``PYTHON*`` variables nor the user's site folder reach its import path; its
+working folder is ``WORK``, a temporary folder of its own holding copies of the input folders; its
+standard input is /dev/null; its environment carries only what the run needs. It is the leader of
+its own process group, and that group is killed on every way out (done, failed, timed out, an
+exception, Ctrl-C or SIGTERM in the parent), so nothing it started outlives the run.
+
+A crash, a hang or an engine that writes nothing is an :class:`Outcome` with its reason (the
+adapter's ``reason:`` line, else the last line it printed, else the signal), never an exception.
+CPU time is the child's own (user + system, from the kernel's accounting of children).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
-EXTRA = "parity"
-TIMEOUT = 120.0  # seconds of wall clock per engine (both variants, conversion included); a shared machine is slow
+from softcapgrad.engines.catalog import ADAPTERS
 
-
-@dataclass(frozen=True)
-class Engine:
-    name: str
-    module: str  # softcapgrad.engines.<module>: logits(folder, ids, work) -> [tokens, vocab]
-    needs: tuple[str, ...]  # import names
-    how: str  # the path the weights take
-    once: float  # unit roundoff of a step rounded once to a coarser format than fp32 (0: none)
-    precision: str  # the formats, in words
-    types: tuple[str, ...]  # model types the engine runs
-    refusals: tuple[tuple[str, str], ...] = ()  # (model type, why not) known before running
-
-
-FP16 = 2.0 ** -11
-
-ENGINES = {
-    "onnx": Engine("onnx", "onnx", ("onnxruntime", "onnx", "onnxscript"),
-                   "torch.onnx.export (dynamo) -> ONNX Runtime, CPU", 0.0, "fp32", ("gemma2", "gemma3_text")),
-    "llamacpp": Engine("llamacpp", "llamacpp", ("llama_cpp", "gguf"),
-                       "GGUF (f32 tensors, llama.cpp's metadata keys) -> llama.cpp, CPU, f32 KV cache", FP16,
-                       "fp32, GELU from an fp16 table", ("gemma2",),
-                       (("gemma3_text", "the GGUF conversion here covers Gemma 2 only (llama.cpp's own converter refuses "
-                                        "a Gemma 3 that sets attn_logit_softcapping: it asserts it is None)"),)),
-    "kerashub": Engine("kerashub", "kerashub", ("keras", "keras_hub", "jax"),
-                       "Keras Hub's Gemma backbone .from_preset of the transformers directory, JAX backend, CPU", 0.0,
-                       "fp32", ("gemma2", "gemma3_text")),
-    "torchexport": Engine("torchexport", "torchexport", ("torch",),
-                          "torch.export.export -> the exported program's module", 0.0, "fp32",
-                          ("gemma2", "gemma3_text")),
-    "inductor": Engine("inductor", "torchexport", ("torch",),
-                       "torch.export.export -> torch.compile (inductor, C++ kernels) of the exported program", 0.0,
-                       "fp32", ("gemma2", "gemma3_text")),
-}
-
-NOT_HERE = (  # engines that need a GPU: what a run would check, no figures
-    ("vLLM", "its attention backends (FlashAttention, FlashInfer, Triton) take the attention cap as a kernel "
-             "argument and the sampler applies the final cap: the same two switched-off references would tell "
-             "which backend drops or alters which cap"),
-    ("SGLang", "its Triton and FlashInfer attention kernels take the cap as logit_cap: the same comparison per "
-               "attention backend"),
-    ("TensorRT-LLM", "its fused attention plugin and the engine's final cap, after a checkpoint conversion: the "
-                     "same comparison on the built engine"),
-)
-
-
-def missing(engine: Engine) -> str | None:
-    """One line naming the extra to install, or None when every module the engine needs is importable."""
-    absent = [name for name in engine.needs if importlib.util.find_spec(name) is None]
-    if not absent:
-        return None
-    return (f"engine {engine.name} needs {', '.join(absent)}, not installed here: "
-            f"pip install 'softcapgrad[{EXTRA}]'")
+TIMEOUT = 300.0  # seconds of wall clock per route (every variant, conversion included); a shared machine is slow
+NO_ARCHITECTURE = 3
+# The adapters' folder goes LAST on the path: an adapter named after its engine's package (onnx.py,
+# transformers.py) must not shadow that package when the adapter imports it; ``protocol`` is found there.
+BOOTSTRAP = ("import sys, runpy; sys.path.append(sys.argv[1]); adapter = sys.argv[2]; del sys.argv[1:3]; "
+             "runpy.run_path(adapter, run_name='__main__')")
+PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "XDG_CACHE_HOME", "PIP_FIND_LINKS", "SSL_CERT_FILE")
 
 
 @dataclass(frozen=True)
 class Outcome:
-    logits: dict  # variant folder name -> [tokens, vocab] float64, or empty
-    reason: str | None  # why it could not run
+    logits: dict  # variant folder -> float64 [tokens, vocab]; empty on failure
+    info: dict  # the adapter's info.json ({} on failure)
+    reason: str | None  # why it did not give logits
+    code: int  # the child's exit code (negative: killed by that signal)
     cpu_s: float
     wall_s: float
+    stderr: list = field(default_factory=list)  # its last lines, for the record
+
+    @property
+    def no_architecture(self) -> bool:
+        return self.code == NO_ARCHITECTURE
 
 
-def _environment() -> dict:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3",
+def environment(work: Path) -> dict:
+    """The child's variables: a few of the caller's (PATH, HOME, locale), one thread, offline, caches in WORK."""
+    env = {k: os.environ[k] for k in PASSED if k in os.environ}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", HF_HOME=str(work / "hf"), TOKENIZERS_PARALLELISM="false",
+               KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
                XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-               JAX_PLATFORMS="cpu", TORCHINDUCTOR_COMPILE_THREADS="1", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+               TORCHINDUCTOR_COMPILE_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"),
+               TMPDIR=str(work / "tmp"), MPLBACKEND="Agg", PYTHONHASHSEED="0")
     return env
+
+
+def command(python: Path | str, adapter: str | Path, work: Path, route: str, variants: list[str]) -> list[str]:
+    """``adapter``: a name under adapters/, or the path of a script (tests plant failing ones)."""
+    script = adapter if isinstance(adapter, Path) else ADAPTERS / f"{adapter}.py"
+    return [str(python), "-I", "-c", BOOTSTRAP, str(ADAPTERS), str(script), str(work), route, *variants]
+
+
+def prepare(work: Path, inputs: Path, variants: list[str]) -> Path:
+    """WORK: ids.npy and a copy of each variant folder from ``inputs`` (the engine may write beside them)."""
+    work.mkdir(parents=True)
+    (work / "tmp").mkdir()
+    shutil.copy2(inputs / "ids.npy", work / "ids.npy")
+    for variant in variants:
+        shutil.copytree(inputs / variant, work / variant)
+    return work
 
 
 def _children_cpu() -> float:
@@ -102,59 +87,92 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run(engine: Engine, work: Path, variants: list[str], timeout: float = TIMEOUT) -> Outcome:
-    """The engine on each variant folder under ``work`` (with ``work/ids.npy``), in a child process."""
-    command = [sys.executable, "-m", "softcapgrad.engines.child", engine.name, engine.module, str(work), *variants]
+def _kill(child: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and whatever it started
+
+
+def run(python: Path | str, adapter: str | Path, route: str, work: Path, variants: list[str],
+        timeout: float = TIMEOUT) -> Outcome:
+    """The adapter's ``route`` on each variant folder under ``work``; logits read back without pickle."""
     cpu0, wall0 = _children_cpu(), time.perf_counter()
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 env=_environment(), start_new_session=True)
+        child = subprocess.Popen(command(python, adapter, work, route, variants), cwd=work,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 env=environment(work), start_new_session=True)
     except OSError as err:
-        return Outcome({}, f"could not start: {err}", 0.0, 0.0)
+        return Outcome({}, {}, f"could not start {python}: {err.strerror}", 1, 0.0, 0.0)
     try:
-        _, err = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)  # the child's own session: it and whatever it started
-        child.communicate()
-        return Outcome({}, f"no answer in {timeout:.0f} s (stopped)", _children_cpu() - cpu0,
-                       time.perf_counter() - wall0)
+        try:
+            _, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(child)
+            _, err = child.communicate()
+            return Outcome({}, {}, f"no answer in {timeout:.0f} s (stopped)", -9, _children_cpu() - cpu0,
+                           time.perf_counter() - wall0, _tail(err))
+    finally:
+        _kill(child)  # on every way out, an exception or a signal in the parent included
+        if child.poll() is None:
+            child.wait()
     cpu, wall = _children_cpu() - cpu0, time.perf_counter() - wall0
     if child.returncode != 0:
-        return Outcome({}, _last_line(err, child.returncode), cpu, wall)
-    out = {}
+        return Outcome({}, {}, last_line(err, child.returncode), child.returncode, cpu, wall, _tail(err))
+    return _read(work / "out" / route, variants, cpu, wall, _tail(err))
+
+
+def _tail(err: bytes) -> list[str]:
+    return err.decode("utf-8", "replace").strip().splitlines()[-5:]
+
+
+def _read(out: Path, variants: list[str], cpu: float, wall: float, tail: list) -> Outcome:
+    try:
+        info = json.loads((out / "info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return Outcome({}, {}, f"the engine exited 0 but wrote no readable info.json ({error})", 0, cpu, wall, tail)
+    logits = {}
     for variant in variants:
-        path = work / f"{engine.name}.{variant}.npy"
         try:
-            out[variant] = np.load(path, allow_pickle=False).astype(np.float64)
+            values = np.load(out / f"{variant}.npy", allow_pickle=False)
         except (OSError, ValueError) as error:
-            return Outcome({}, f"no logits for {variant}: {error}", cpu, wall)
-    return Outcome(out, None, cpu, wall)
+            return Outcome({}, info, f"no logits for {variant}: {error}", 0, cpu, wall, tail)
+        if values.ndim != 2 or values.dtype.kind != "f":
+            return Outcome({}, info, f"logits for {variant} of shape {values.shape} and type {values.dtype}",
+                           0, cpu, wall, tail)
+        logits[variant] = values.astype(np.float64)
+    return Outcome(logits, info if isinstance(info, dict) else {}, None, 0, cpu, wall, tail)
 
 
-def _last_line(err: bytes, code: int) -> str:
-    """The child's reason: its one-line message, or the last line of what it printed, or the signal."""
+def last_line(err: bytes, code: int) -> str:
+    """The child's reason: its ``reason:`` line, or the last line it printed, or the signal that ended it."""
     text = err.decode("utf-8", "replace").strip().splitlines()
     marked = [line[len("reason: "):] for line in text if line.startswith("reason: ")]
     if marked:
         return marked[-1][:300]
     if code < 0:
         return f"crashed: signal {signal.Signals(-code).name}"
-    return (text[-1][:300] if text else f"exit code {code}")
+    return text[-1][:300] if text else f"exit code {code} and nothing on stderr"
 
 
 def write_ids(work: Path, ids: np.ndarray) -> None:
     np.save(work / "ids.npy", np.asarray(ids, dtype=np.int64).reshape(-1), allow_pickle=False)
 
 
-def versions(engine: Engine) -> dict:
-    """Installed versions of what the engine imports (from the package metadata; nothing is imported)."""
-    from importlib import metadata
+@contextlib.contextmanager
+def terminations() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C while held (so the child's group is killed and the temporary folder
+    removed), ending in one line and exit 143."""
+    from softcapgrad.core.files import Interrupted
 
-    names = {"llama_cpp": "llama-cpp-python", "keras_hub": "keras-hub"}
-    out = {}
-    for module in engine.needs:
-        try:
-            out[module] = metadata.version(names.get(module, module))
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    def stop(signum, frame):
+        raise Interrupted("terminated; the engine's processes were stopped and the temporary folder removed",
+                          signal.SIGTERM)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: nothing to hold
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -68,6 +68,8 @@ ALTERNATIVES = {  # final-cap forms an engine might compute instead, on the engi
     "the cap computed in fp16": cap_in("fp16"),
     "a hard clip to [-c, c]": lambda a, c: np.clip(a, -c, c),
     "c·x/sqrt(1+x²) instead of tanh": lambda a, c: a / np.sqrt(1 + (a / c) ** 2),
+    "x·tanh(x/c) instead of c·tanh(x/c)": lambda a, c: a * np.tanh(a / c),
+    "the cap applied twice": lambda a, c: exact_cap(exact_cap(a, c), c),
 }
 ALTERNATIVE_UNITS = {"the cap computed in bf16": 2.0 ** -8, "the cap computed in fp16": 2.0 ** -11}
 
@@ -83,8 +85,20 @@ class Error:
     vocab: int
 
 
-def error(lp: np.ndarray, reference_lp: np.ndarray) -> Error:
+def top(lp: np.ndarray, k: int) -> np.ndarray | None:
+    """Each position's ``k`` most likely tokens as a mask (None: every token, k = 0)."""
+    if not k:
+        return None
+    k = min(k, lp.shape[-1])
+    mask = np.zeros(lp.shape, dtype=bool)
+    np.put_along_axis(mask, np.argsort(-lp, axis=-1, kind="stable")[:, :k], True, axis=-1)
+    return mask
+
+
+def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = None) -> Error:
     diff = np.abs(lp - reference_lp)
+    if mask is not None:
+        diff = np.where(mask, diff, 0.0)
     t, v = np.unravel_index(int(np.argmax(diff)), diff.shape)
     return Error(float(diff[t, v]), int(t), int(v))
 
@@ -101,8 +115,10 @@ def _row(cap: str, c, verdict: str, applied: Error | None, ignored: Error | None
             "tolerance": tol, **extra}
 
 
-def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, reference) -> dict:
-    """The final cap: the engine's capped log-probs against the cap of its own pre-cap logits."""
+def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, reference, k: int = 0,
+                  unit: float = FP32, once: float = 0.0) -> dict:
+    """The final cap: the engine's capped log-probs against the cap of its own pre-cap logits (on each
+    position's top ``k`` tokens when ``k``; in a format of unit roundoff ``unit``)."""
     if c is None:
         return _row("final", None, "not set", None, None, 0.0, hint="")
     bad = _nonfinite(capped)
@@ -112,11 +128,12 @@ def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, re
         return _row("final", c, "could not run", None, None, 0.0,
                     hint="the engine's logits without the final cap are not finite: no pre-cap values to compare")
     a = np.asarray(final_off, dtype=np.float64)
-    tol = tolerance(FP32, c)
+    tol = tolerance(unit, c)
     lp = log_probs(capped)
-    applied, ignored = error(lp, log_probs(exact_cap(a, c))), error(lp, log_probs(a))
+    mask = top(lp, k)
+    applied, ignored = error(lp, log_probs(exact_cap(a, c)), mask), error(lp, log_probs(a), mask)
     precap = error(a, reference.logits["final off"])  # raw logits: the engine's a against transformers' a
-    separation = error(log_probs(exact_cap(a, c)), log_probs(a)).value
+    separation = error(log_probs(exact_cap(a, c)), log_probs(a), mask).value
     extra = {"precap_error": precap.value, "precap_where": f"token {precap.token}, id {precap.vocab}",
              "separation": separation}
     if separation <= 10 * tol:
@@ -125,22 +142,29 @@ def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, re
         return _row("final", c, "applied", applied, ignored, tol, hint="", **extra)
     if ignored.value <= tol:
         return _row("final", c, "ignored", applied, ignored, tol, hint="", **extra)
-    return _row("final", c, "different", applied, ignored, tol,
-                hint=_nearest(lp, a, c, applied.value), **extra)
+    hint = _nearest(lp, a, c, applied.value, mask, unit)
+    if hint.startswith("matches none"):  # forms that change the model upstream of the logits: whole-model tolerance
+        model_tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+        for name, logits in reference.final_alternatives.items():
+            e = error(lp, log_probs(logits), mask).value
+            if e <= model_tol and e <= MATCH * applied.value:
+                hint = f"matches {name}"
+    return _row("final", c, "different", applied, ignored, tol, hint=hint, **extra)
 
 
-def _nearest(lp: np.ndarray, a: np.ndarray, c: float, exact: float) -> str:
+def _nearest(lp: np.ndarray, a: np.ndarray, c: float, exact: float, mask=None, unit: float = FP32) -> str:
     """The alternative form the engine's output fits, where one fits within its own tolerance and much better."""
     fits = []
     for name, form in ALTERNATIVES.items():
-        e = error(lp, log_probs(form(a, c))).value
-        tol = tolerance(ALTERNATIVE_UNITS.get(name, FP32), c)
+        e = error(lp, log_probs(form(a, c)), mask).value
+        tol = tolerance(max(ALTERNATIVE_UNITS.get(name, FP32), unit), c)
         if e <= tol and e <= MATCH * exact:
             fits.append((e, name))
     return f"matches {min(fits)[1]}" if fits else "matches none of: " + "; ".join(ALTERNATIVES)
 
 
-def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: float, uncapped=None) -> dict:
+def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: float, uncapped=None, k: int = 0,
+                      unit: float = FP32) -> dict:
     """The attention cap: the engine without its final cap against the reference with and without the attention cap."""
     if c is None:
         return _row("attention", None, "not set", None, None, 0.0, hint="")
@@ -150,10 +174,11 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     if bad:
         return _row("attention", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
     on, off = reference.logits["final off"], reference.logits["uncapped"]
-    tol = tolerance(FP32, float(np.abs(on).max()), reference.width, once)
+    tol = tolerance(unit, float(np.abs(on).max()), reference.width, once)
     lp = log_probs(final_off)
-    applied, ignored = error(lp, log_probs(on)), error(lp, log_probs(off))
-    separation = error(log_probs(on), log_probs(off)).value
+    mask = top(lp, k)
+    applied, ignored = error(lp, log_probs(on), mask), error(lp, log_probs(off), mask)
+    separation = error(log_probs(on), log_probs(off), mask).value
     extra = {"separation": separation}
     if separation <= 10 * tol:
         return _row("attention", c, "not bound", applied, ignored, tol,
@@ -164,7 +189,7 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         return _row("attention", c, "ignored", applied, ignored, tol, hint="", **extra)
     fits = []
     for name, logits in reference.alternatives.items():
-        e = error(lp, log_probs(logits)).value
+        e = error(lp, log_probs(logits), mask).value
         if e <= MATCH * applied.value:
             fits.append((e, name))
     hint = (f"closest to {min(fits)[1]} ({min(fits)[0]:.2g})" if fits
@@ -196,13 +221,24 @@ def _unused(final_off: np.ndarray, c: float, reference, once: float, bad: int, u
     return _row("attention", c, "unused by transformers", None, e, tol, hint=hint)
 
 
-def verdicts(outcome_logits: dict, reference, once: float = 0.0) -> list[dict]:
-    """Both caps' rows for one engine's logits {"capped": ..., "final off": ...}."""
+def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, unit: float = FP32) -> list[dict]:
+    """Both caps' rows for one engine's logits {"capped": ..., "final off": ...}, each with the engine's
+    largest |logit| (a capped model's never exceed c)."""
     capped, final_off = outcome_logits["capped"], outcome_logits["final off"]
-    return [attention_verdict(final_off, reference.caps["attention"], reference, once, outcome_logits.get("uncapped")),
-            final_verdict(capped, final_off, reference.caps["final"], reference)]
+    rows = [attention_verdict(final_off, reference.caps["attention"], reference, once,
+                              outcome_logits.get("uncapped"), k, unit),
+            final_verdict(capped, final_off, reference.caps["final"], reference, k, unit, once)]
+    largest = float(np.nanmax(np.abs(capped))) if np.isfinite(capped).any() else None
+    for row in rows:
+        row.update(max_logit=largest, top_k=k)
+    return rows
 
 
-def could_not_run(reference, reason: str) -> list[dict]:
-    return [_row(cap, reference.caps[cap], "could not run", None, None, 0.0, hint=reason)
+def could_not_run(reference, reason: str, verdict: str = "could not run") -> list[dict]:
+    return [_row(cap, reference.caps[cap], verdict, None, None, 0.0, hint=reason, max_logit=None, top_k=0)
             for cap in ("attention", "final")]
+
+
+def no_architecture(reference, reason: str) -> list[dict]:
+    """The engine's own registry does not claim this model type."""
+    return could_not_run(reference, reason, "no such architecture")

@@ -1,0 +1,310 @@
+"""One cached virtual environment per engine, keyed by the hash of its pinned requirements file.
+
+An engine's requirements (``requirements/<name>.txt``) name every package it needs at an exact
+version; the environment is ``<cache>/softcapgrad/engines/<name>-<hash>`` with ``<cache>`` the
+user's ``XDG_CACHE_HOME`` (``~/.cache`` when unset) and ``<hash>`` the first 16 hex digits of the
+sha256 of the file, as pre-commit and nox key theirs: a changed file is a new key, so the next use
+builds afresh and the old folder is stale. An environment is built in a temporary folder beside its
+final one (``python -m venv``, ``pip install --no-deps -r FILE``, then the ``# remove:`` packages),
+stamped, and renamed into place, under a lock so that two runs never build the same one. Nothing
+half-built is ever used: a folder whose stamp is missing or unreadable, or whose interpreter is
+gone, is *broken* and is rebuilt on install, refused otherwise.
+
+The pseudo-environment ``main`` is the interpreter running softcapgrad itself (for engines that need
+only torch and transformers); it is never built or removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from softcapgrad.core.checks import InputError
+
+MAIN = "main"
+HERE = Path(__file__).resolve().parent
+REQUIREMENTS = HERE / "requirements"
+STAMP = "softcapgrad-environment.json"
+DIGITS = 16  # hex digits of the sha256 in a folder's name
+STATES = ("installed", "not installed", "stale", "broken")
+Say = Callable[[str], None]
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "softcapgrad" / "engines"
+
+
+@dataclass(frozen=True)
+class Requirements:
+    name: str
+    path: Path
+    packages: tuple[str, ...]  # requirement lines, as written
+    removals: tuple[str, ...]  # packages uninstalled after the install
+    python: str | None  # "3.11": the interpreter to build with (None: the one running softcapgrad)
+    digest: str  # sha256 of the file's bytes, hex
+
+
+def requirements_file(name: str) -> Path:
+    return REQUIREMENTS / f"{name}.txt"
+
+
+def read(name: str, path: Path | None = None) -> Requirements:
+    """The requirements of environment ``name`` (its file under requirements/, or ``path``)."""
+    path = path or requirements_file(name)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise InputError(f"engine environment {name}: no requirements file {path.name} ({err.strerror})") from None
+    packages, removals, python = [], [], None
+    for raw in data.decode("utf-8").splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            body = line[1:].strip()
+            if body.startswith("remove:"):
+                removals += body[len("remove:"):].split()
+            elif body.startswith("python:"):
+                python = body[len("python:"):].strip()
+        elif line:
+            packages.append(line.split(" #")[0].strip())
+    return Requirements(name, path, tuple(packages), tuple(removals), python, hashlib.sha256(data).hexdigest())
+
+
+def folder(req: Requirements, root: Path | None = None) -> Path:
+    return (root or cache_root()) / f"{req.name}-{req.digest[:DIGITS]}"
+
+
+def interpreter(path: Path) -> Path:
+    return path / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class State:
+    name: str
+    state: str  # one of STATES
+    path: Path | None  # the current key's folder (None for main)
+    python: Path | None  # the interpreter to run the engine with, when installed
+    versions: dict  # package -> version (from the stamp, or the main environment's metadata)
+    size: int  # bytes on disk of this name's folders (current and stale)
+    reason: str  # why broken or stale, in words; "" otherwise
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
+def _others(name: str, keep: Path | None, root: Path) -> list[Path]:
+    """This name's folders of other keys (stale ones), never another name's (``a-b`` is not ``a``'s)."""
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{%d}" % DIGITS)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if pattern.fullmatch(p.name) and p != keep)
+
+
+def _stamp(path: Path) -> dict | None:
+    try:
+        stamp = json.loads((path / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return stamp if isinstance(stamp, dict) and isinstance(stamp.get("versions"), dict) else None
+
+
+def _broken(path: Path, req: Requirements) -> str:
+    """Why the folder at the current key is not a usable environment ("" when it is)."""
+    stamp = _stamp(path)
+    if stamp is None:
+        return f"its stamp {STAMP} is missing or unreadable (an interrupted or damaged build)"
+    if stamp.get("sha256") != req.digest:
+        return "its stamp names other requirements than its folder's key"
+    python = interpreter(path)
+    if not os.access(python, os.X_OK):
+        return f"its interpreter {python.relative_to(path)} is missing"
+    return ""
+
+
+def main_state(needs: tuple[str, ...] = ("torch", "transformers")) -> State:
+    from importlib import metadata
+
+    versions, absent = {}, []
+    for name in needs:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            absent.append(name)
+    state = "not installed" if absent else "installed"
+    return State(MAIN, state, None, Path(sys.executable), versions, 0,
+                 f"needs {', '.join(absent)} in softcapgrad's own environment" if absent else "")
+
+
+def state(name: str, root: Path | None = None, path: Path | None = None) -> State:
+    if name == MAIN:
+        return main_state()
+    root = root or cache_root()
+    req = read(name, path)
+    here = folder(req, root)
+    stale = _others(name, here, root)
+    size = sum(_size(p) for p in [here, *stale] if p.exists())
+    if here.exists():
+        why = _broken(here, req)
+        if why:
+            return State(name, "broken", here, None, {}, size, why)
+        return State(name, "installed", here, interpreter(here), _stamp(here)["versions"], size, "")
+    if stale:
+        return State(name, "stale", here, None, {}, size, "its requirements changed since it was built")
+    return State(name, "not installed", here, None, {}, 0, "")
+
+
+@contextlib.contextmanager
+def _locked(root: Path, name: str) -> Iterator[None]:
+    """An exclusive lock on ``<root>/<name>.lock`` (the kernel's: released when the process ends, however)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _base_python(req: Requirements) -> str:
+    if req.python is None or req.python == f"{sys.version_info[0]}.{sys.version_info[1]}":
+        return sys.executable
+    found = shutil.which(f"python{req.python}")
+    if found is None:
+        raise InputError(f"engine environment {req.name} needs Python {req.python}: no python{req.python} on PATH")
+    return found
+
+
+def _step(command: list[str], cwd: Path, say: Say, what: str, total: int) -> None:
+    """Run one build step, one progress line per package pip reports; its last line is the error."""
+    done = 0
+    with subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True) as child:
+        tail = []
+        try:
+            for line in child.stdout:
+                line = line.rstrip()
+                if line:
+                    tail = (tail + [line])[-20:]
+                words = line.split()
+                if words[:1] in (["Collecting"], ["Processing"], ["Found"]) and len(words) > 1:
+                    done += 1
+                    package = os.path.basename(words[1])  # "Processing" names a file: its name alone
+                    say(f"{what}: {words[0].lower()} {package} ({done}/{total})" if total else f"{what}: {line}")
+                elif line.startswith(("Installing collected packages", "Successfully", "Uninstalling")):
+                    say(f"{what}: {line[:160]}")
+            child.wait()
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, 9)
+                child.wait()
+    if child.returncode != 0:
+        errors = [t for t in tail if t.startswith("ERROR")] or tail or [f"exit code {child.returncode}"]
+        raise BuildError(f"{what}: {errors[-1][:300]}")
+
+
+class BuildError(Exception):
+    """An environment could not be built: the message is the failing step's last line."""
+
+
+def build(req: Requirements, root: Path | None = None, say: Say = lambda line: None) -> Path:
+    """The environment of ``req``, built if absent (or broken), reused otherwise; its folder."""
+    root = root or cache_root()
+    here = folder(req, root)
+    with _locked(root, req.name):
+        if here.exists() and not _broken(here, req):
+            return here
+        tmp = root / f".{here.name}.building-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            say(f"{req.name}: creating a virtual environment")
+            bare = [] if req.packages or req.removals else ["--without-pip"]  # nothing to install: no pip either
+            _step([_base_python(req), "-I", "-m", "venv", *bare, str(tmp)], root, say, req.name, 0)
+            python = str(interpreter(tmp))
+            if req.packages:
+                _step([python, "-I", "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
+                       "--no-input", "-r", str(req.path)], tmp, say, req.name, len(req.packages))
+            if req.removals:
+                _step([python, "-I", "-m", "pip", "uninstall", "-y", *req.removals], tmp, say, req.name, 0)
+            versions = _installed(python, tmp)
+            stamp = {"sha256": req.digest, "requirements": req.path.name, "versions": versions,
+                     "python": subprocess.run([python, "-I", "-c", "import sys; print(sys.version.split()[0])"],
+                                              cwd=tmp, capture_output=True, text=True, check=True).stdout.strip()}
+            (tmp / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            if here.exists():  # broken: replaced whole
+                say(f"{req.name}: replacing the broken environment")
+                shutil.rmtree(here)
+            os.replace(tmp, here)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for old in _others(req.name, here, root):
+            say(f"{req.name}: removing the stale environment {old.name}")
+            shutil.rmtree(old, ignore_errors=True)
+    say(f"{req.name}: installed ({_size(here) / 2**20:.0f} MiB)")
+    return here
+
+
+def _installed(python: str, cwd: Path) -> dict:
+    code = ("import json, importlib.metadata as m; print(json.dumps({d.metadata['Name']: d.version for d in "
+            "m.distributions() if d.metadata['Name'] not in ('pip', 'setuptools', 'wheel')}, sort_keys=True))")
+    out = subprocess.run([python, "-I", "-c", code], cwd=cwd, capture_output=True, text=True, check=True).stdout
+    return dict(sorted(json.loads(out).items(), key=lambda kv: kv[0].lower()))
+
+
+def install(name: str, root: Path | None = None, say: Say = lambda line: None, path: Path | None = None) -> State:
+    if name == MAIN:
+        return main_state()
+    req = read(name, path)
+    try:
+        build(req, root, say)
+    except BuildError as err:
+        raise InputError(f"engine environment {name} could not be installed: {err}") from None
+    return state(name, root, path)
+
+
+def remove(name: str, root: Path | None = None, path: Path | None = None) -> int:
+    """Every folder of ``name`` (current and stale); the bytes freed."""
+    if name == MAIN:
+        raise InputError("the environment main is softcapgrad's own: nothing to remove")
+    root = root or cache_root()
+    req = read(name, path)
+    freed = 0
+    with _locked(root, name):
+        for p in [folder(req, root), *_others(name, None, root)]:
+            if p.exists():
+                freed += _size(p)
+                shutil.rmtree(p)
+    return freed
+
+
+def ready(name: str, install_it: bool, root: Path | None = None, say: Say = lambda line: None,
+          engine: str | None = None, path: Path | None = None) -> State:
+    """The environment, installed now if ``install_it``; otherwise one line naming the command."""
+    current = state(name, root, path)
+    if current.state == "installed":
+        return current
+    engine = engine or name
+    if name == MAIN:
+        raise InputError(f"engine {engine} runs in softcapgrad's own environment, which {current.reason}: "
+                         "pip install 'softcapgrad[hf]'")
+    if install_it:
+        return install(name, root, say, path)
+    why = {"not installed": "is not installed", "stale": "is stale (its requirements changed)",
+           "broken": f"is broken ({current.reason})"}[current.state]
+    raise InputError(f"engine {engine}: its environment {name} {why}: softcapgrad engines install {engine} "
+                     "(or parity --install)")

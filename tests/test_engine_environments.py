@@ -1,0 +1,82 @@
+"""The engine environments: created on first use, reused, rebuilt when the requirements change, a broken one
+repaired on install and refused otherwise, in one line; each under the cache folder, keyed by its file's hash."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from softcapgrad.core.checks import InputError
+from softcapgrad.engines import environments as envs
+
+
+@pytest.fixture()
+def empty(tmp_path):
+    """An environment with nothing to install (a venv alone: seconds), in a cache of its own."""
+    path = tmp_path / "req" / "tiny.txt"
+    path.parent.mkdir()
+    path.write_text("# nothing but the interpreter\n", encoding="utf-8")
+    return tmp_path / "cache", path
+
+
+def test_created_on_first_use_then_reused(empty):
+    root, path = empty
+    assert envs.state("tiny", root, path).state == "not installed"
+    lines = []
+    first = envs.install("tiny", root, lines.append, path)
+    assert first.state == "installed" and first.python.is_file() and first.size > 0
+    assert first.path.name == f"tiny-{envs.read('tiny', path).digest[:envs.DIGITS]}"
+    assert lines and lines[-1].startswith("tiny: installed")
+    inode = os.stat(first.path).st_ino
+    lines.clear()
+    again = envs.install("tiny", root, lines.append, path)
+    assert os.stat(again.path).st_ino == inode and not lines  # nothing rebuilt, nothing said
+    assert [p.name for p in root.iterdir() if not p.name.startswith(".")] == [first.path.name]  # no temporary left
+
+
+def test_a_changed_requirement_is_stale_then_rebuilt(empty):
+    root, path = empty
+    old = envs.install("tiny", root, path=path)
+    path.write_text("# changed\n", encoding="utf-8")
+    now = envs.state("tiny", root, path)
+    assert now.state == "stale" and now.path != old.path
+    with pytest.raises(InputError, match="is stale .*softcapgrad engines install tiny"):
+        envs.ready("tiny", False, root, path=path)
+    new = envs.install("tiny", root, path=path)
+    assert new.state == "installed" and not old.path.exists()  # the stale key is removed after the build
+
+
+@pytest.mark.parametrize("damage", ["stamp", "corrupt", "interpreter"])
+def test_a_broken_environment_is_refused_then_repaired(empty, damage):
+    root, path = empty
+    st = envs.install("tiny", root, path=path)
+    if damage == "stamp":
+        (st.path / envs.STAMP).unlink()
+    elif damage == "corrupt":
+        (st.path / envs.STAMP).write_text("{not json", encoding="utf-8")
+    else:
+        (st.path / "bin" / "python").unlink()
+    broken = envs.state("tiny", root, path)
+    assert broken.state == "broken" and broken.python is None and "\n" not in broken.reason
+    with pytest.raises(InputError, match="is broken"):
+        envs.ready("tiny", False, root, path=path)
+    fixed = envs.ready("tiny", True, root, path=path)
+    assert fixed.state == "installed" and fixed.python.is_file()
+
+
+def test_removal_frees_every_key(empty):
+    root, path = empty
+    envs.install("tiny", root, path=path)
+    assert envs.remove("tiny", root, path) > 0
+    assert envs.state("tiny", root, path).state == "not installed"
+    assert envs.remove("tiny", root, path) == 0
+
+
+def test_a_failing_install_is_one_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text("no-such-package-softcapgrad-test==0.0.0\n", encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        envs.install("bad", tmp_path / "cache", path=path)
+    assert "could not be installed" in str(err.value) and "\n" not in str(err.value)
+    assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".bad.lock")]  # nothing half-built
