@@ -5,12 +5,15 @@
 # shared by up to 4 worker processes: 6 min on the wall; each model type's budget is CPU time; not part of make test).
 # make experiment: does the bf16 dead zone cost training steps (results/experiment.json, experiment.md,
 # figures/experiment.png; tiny Gemma 2 on one CPU thread; not part of make test).
-# make parity: the caps of tiny Gemma 2 and Gemma 3 through ONNX Runtime, llama.cpp, Keras Hub and torch.export
-# (results/parity.json, parity.md, figures/parity.png; llama-cpp-python builds llama.cpp from source on install).
+# make parity: the caps of every capped model type through every engine, each engine from a virtual environment of
+# its own built on first use under ~/.cache/softcapgrad/engines (softcapgrad engines lists them); results/parity.json,
+# parity.md, figures/parity.png. The first run builds every environment (llama.cpp compiles from source).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+
+PARITY_TYPES := gemma2 gemma3_text vaultgemma
 
 .PHONY: install reproduce test bench census experiment parity clean
 
@@ -18,8 +21,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax,parity]'
-	$(PY) -m pip install --quiet -c constraints.txt --no-deps keras-hub
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax]'
 	touch $(STAMP)
 
 reproduce: $(STAMP)
@@ -35,7 +37,8 @@ experiment: $(STAMP)
 	$(PY) -m softcapgrad experiment --out results
 
 parity: $(STAMP)
-	$(PY) -m softcapgrad parity --model-type gemma2 --model-type gemma3_text --timeout 600 --out results
+	$(PY) -m softcapgrad parity --install --engine all $(foreach t,$(PARITY_TYPES),--model-type $(t)) --timeout 600 \
+		--out results
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py

@@ -97,6 +97,8 @@ def test_attention_cap_in_bf16_is_named(capped):
 @pytest.mark.parametrize("form, name", [
     (lambda a, c: a / np.sqrt(1 + (a / c) ** 2), "c·x/sqrt(1+x²) instead of tanh"),
     (lambda a, c: np.clip(a, -c, c), "a hard clip to [-c, c]"),
+    (lambda a, c: a * np.tanh(a / c), "x·tanh(x/c) instead of c·tanh(x/c)"),
+    (lambda a, c: verdict.exact_cap(verdict.exact_cap(a, c), c), "the cap applied twice"),
 ])
 def test_tanh_replaced_is_named(capped, form, name):
     _, reference = capped
@@ -174,3 +176,31 @@ def test_an_engine_that_applies_a_cap_transformers_leaves_unused_is_named():
     faithful = verdict.verdicts({"capped": reference.logits["capped"], "final off": reference.logits["final off"],
                                  "uncapped": reference.logits["final off"]}, reference)
     assert faithful[0]["hint"].startswith("the engine agrees with transformers")
+
+
+def test_the_cap_on_the_final_hidden_state_is_named(capped):
+    """An engine that caps the hidden state before the output projection instead of the logits."""
+    model, reference = capped
+    planted = ref.hidden_capped(model, reference.ids)
+    rows = _rows(reference, planted, reference.logits["final off"])
+    assert rows["final"]["verdict"] == "different"
+    assert rows["final"]["hint"] == "matches the cap applied to the final hidden state before the output projection"
+
+
+def test_every_row_carries_the_largest_logit(capped):
+    _, reference = capped
+    rows = _rows(reference, reference.logits["capped"], reference.logits["final off"])
+    assert rows["final"]["max_logit"] == float(np.abs(reference.logits["capped"]).max()) <= 30.0
+
+
+def test_a_low_precision_route_is_judged_on_its_top_tokens(capped):
+    """bf16 rounding of every logit is within a bf16 route's tolerance on the top tokens; a dropped cap is not."""
+    _, reference = capped
+    bf16 = verdict.cap_in("bf16")
+    a = bf16(reference.logits["final off"], 1e30)  # the logits rounded to bf16 (a/c tiny: x itself, rounded)
+    capped_bf16 = bf16(reference.logits["capped"], 1e30)
+    rows = {r["cap"]: r for r in verdict.verdicts({"capped": capped_bf16, "final off": a}, reference,
+                                                  k=8, unit=2.0 ** -8)}
+    assert rows["final"]["verdict"] == "applied" and rows["final"]["top_k"] == 8
+    dropped = {r["cap"]: r for r in verdict.verdicts({"capped": a, "final off": a}, reference, k=8, unit=2.0 ** -8)}
+    assert dropped["final"]["verdict"] == "ignored"

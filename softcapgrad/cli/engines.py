@@ -74,6 +74,10 @@ def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> 
     from softcapgrad.engines import catalog, environments
 
     known = catalog.engines()
+    claimed = [n for n in names if known[n].types is None or any(t in known[n].types for t in types)]
+    if types and not claimed:
+        claims = "; ".join(f"{n} converts {', '.join(known[n].types)}" for n in names)
+        raise InputError(f"no engine asked for has the architecture {', '.join(types)} ({claims}): nothing to run")
     states = {}
     for name in names:
         env = known[name].environment
@@ -86,10 +90,9 @@ def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> 
     runnable = [(n, t) for n in names for t in types
                 if states[known[n].environment].state == "installed" and (known[n].types is None or t in known[n].types)]
     if types and not runnable:
-        claims = "; ".join(f"{n} converts {', '.join(known[n].types)}" for n in names if known[n].types is not None)
-        absent = [n for n in names if states[known[n].environment].state != "installed"]
-        why = (f"{', '.join(absent)} not installed (softcapgrad engines install NAME)" if absent else claims)
-        raise InputError(f"no engine asked for can run {', '.join(types)}: {why}")
+        absent = [n for n in claimed if states[known[n].environment].state != "installed"]
+        raise InputError(f"no engine asked for can run {', '.join(types)}: {', '.join(absent)} not installed "
+                         "(softcapgrad engines install NAME)")
     return states
 
 

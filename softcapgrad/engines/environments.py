@@ -209,8 +209,8 @@ def _step(command: list[str], cwd: Path, say: Say, what: str, total: int) -> Non
                 words = line.split()
                 if words[:1] in (["Collecting"], ["Processing"], ["Found"]) and len(words) > 1:
                     done += 1
-                    say(f"{what}: {words[0].lower()} {words[-1] if words[0] == 'Processing' else words[1]}"
-                        f" ({done}/{total})" if total else f"{what}: {line}")
+                    package = os.path.basename(words[1])  # "Processing" names a file: its name alone
+                    say(f"{what}: {words[0].lower()} {package} ({done}/{total})" if total else f"{what}: {line}")
                 elif line.startswith(("Installing collected packages", "Successfully", "Uninstalling")):
                     say(f"{what}: {line[:160]}")
             child.wait()

@@ -139,6 +139,7 @@ def as_dict(results: list[Parity]) -> dict:
         "rows": [row for r in results for row in r.rows],
         "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
         "not_measured": not_here(),
+        "model_types_not_yet": [{"model_type": t, "why": why} for t, why in ref.NOT_YET],
     })
 
 
@@ -156,17 +157,22 @@ def markdown(results: list[Parity], answer: tuple[str, ...]) -> str:
         reach = ", ".join(f"{k} {v:.3g}" for k, v in r.reference.reach.items() if v is not None)
         lines += [f"## {r.model}", "", f"caps {r.reference.caps}; largest |a/c| reached: {reach}; "
                   f"{r.reference.ids.size} tokens, full vocabulary of {r.reference.logits['capped'].shape[1]}.", "",
-                  "| engine | cap | verdict | log-prob error | to uncapped | tolerance | where | note |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| engine | route | cap | verdict | largest \\|logit\\| | log-prob error | to uncapped | tolerance "
+                  "| where | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for row in r.rows:
-            lines.append(f"| {row['engine']} | {row['cap']} | {row['verdict']} | {_fmt(row['error'])} | "
+            top = f" (top {row['top_k']})" if row.get("top_k") else ""
+            lines.append(f"| {row['engine']} | {row['route']} | {row['cap']} | {row['verdict']}{top} | "
+                         f"{_fmt(row.get('max_logit'))} | {_fmt(row['error'])} | "
                          f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_fmt(row['where'])} | "
                          f"{row.get('hint', '')} |")
-        lines += ["", "| engine | path | versions |", "| --- | --- | --- |"]
+        lines += ["", "| engine | route | what ran | versions |", "| --- | --- | --- | --- |"]
         for e in r.engines:
             versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())
-            lines.append(f"| {e['engine']} | {e['how']} | {versions} |")
+            lines.append(f"| {e['engine']} | {e['route']} | {e['did'] or e['how']} | {versions} |")
         lines.append("")
-    lines += ["## Not measured here", "", "| engine | would check |", "| --- | --- |"]
+    lines += ["## Model types not built yet", "", "| model type | why |", "| --- | --- |"]
+    lines += [f"| {t} | {why} |" for t, why in ref.NOT_YET]
+    lines += ["", "## Not measured here", "", "| engine | would check |", "| --- | --- |"]
     lines += [f"| {row['engine']} | {row['would_check']} |" for row in not_here()]
     return "\n".join(lines) + "\n"

@@ -66,9 +66,10 @@ def environment(work: Path) -> dict:
     return env
 
 
-def command(python: Path | str, adapter: str, work: Path, route: str, variants: list[str]) -> list[str]:
-    return [str(python), "-I", "-c", BOOTSTRAP, str(ADAPTERS), str(ADAPTERS / f"{adapter}.py"), str(work), route,
-            *variants]
+def command(python: Path | str, adapter: str | Path, work: Path, route: str, variants: list[str]) -> list[str]:
+    """``adapter``: a name under adapters/, or the path of a script (tests plant failing ones)."""
+    script = adapter if isinstance(adapter, Path) else ADAPTERS / f"{adapter}.py"
+    return [str(python), "-I", "-c", BOOTSTRAP, str(ADAPTERS), str(script), str(work), route, *variants]
 
 
 def prepare(work: Path, inputs: Path, variants: list[str]) -> Path:
@@ -91,7 +92,7 @@ def _kill(child: subprocess.Popen) -> None:
         os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and whatever it started
 
 
-def run(python: Path | str, adapter: str, route: str, work: Path, variants: list[str],
+def run(python: Path | str, adapter: str | Path, route: str, work: Path, variants: list[str],
         timeout: float = TIMEOUT) -> Outcome:
     """The adapter's ``route`` on each variant folder under ``work``; logits read back without pickle."""
     cpu0, wall0 = _children_cpu(), time.perf_counter()

@@ -1,0 +1,128 @@
+"""The engine child: isolated from the caller's folder, its process group killed on every way out, and every
+failure (a crash, a hang, nothing written, a refusal) an outcome with its measured reason, never an exception."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from softcapgrad.engines import runner
+
+SCRIPT_HEAD = "import sys, time, json, os\nimport numpy as np\nimport protocol\n"
+
+
+def _work(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    runner.write_ids(work, np.arange(5))
+    (work / "capped").mkdir()
+    return work
+
+
+def _adapter(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "adapter.py"
+    path.write_text(SCRIPT_HEAD + body, encoding="utf-8")
+    return path
+
+
+ECHO = """
+def run_variant(run, variant):
+    run.did = "numpy from " + np.__file__
+    run.notes = [os.getcwd(), repr(sys.path), repr(sys.flags.isolated)]
+    return np.zeros((run.ids.size, 7))
+
+raise SystemExit(protocol.main({"default": "zeros"}, run_variant))
+"""
+
+
+def test_nothing_from_the_callers_folder_is_importable(tmp_path, monkeypatch):
+    plant = tmp_path / "plant"
+    (plant / "multiprocessing").mkdir(parents=True)
+    marker = tmp_path / "MARKER"
+    for module in (plant / "numpy.py", plant / "protocol.py", plant / "multiprocessing" / "__init__.py"):
+        module.write_text(f"open({str(marker)!r}, 'a').write('ran')\n", encoding="utf-8")
+    monkeypatch.chdir(plant)
+    monkeypatch.setenv("PYTHONPATH", str(plant))
+    monkeypatch.setenv("PYTHONSTARTUP", str(plant / "numpy.py"))
+    work = _work(tmp_path)
+    outcome = runner.run(sys.executable, _adapter(tmp_path, ECHO + "\nimport multiprocessing\n"), "default", work,
+                         ["capped"], timeout=120)
+    assert outcome.reason is None, outcome.reason
+    assert not marker.exists()
+    assert outcome.logits["capped"].shape == (5, 7)
+    cwd, path, isolated = outcome.info["notes"]
+    assert Path(cwd) == work and str(plant) not in path and isolated == "1"
+    assert "plant" not in outcome.info["did"]
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("raise SystemExit(protocol.reason('the converter said no', 1))", "the converter said no"),
+    ("print('last words', file=sys.stderr); raise SystemExit(1)", "last words"),
+    ("os.abort()", "crashed: signal SIGABRT"),
+    ("raise SystemExit(0)", "the engine exited 0 but wrote no readable info.json"),
+])
+def test_a_failing_engine_is_a_reason(tmp_path, body, reason):
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", _work(tmp_path), ["capped"], 120)
+    assert outcome.logits == {} and outcome.reason.startswith(reason)
+
+
+def test_no_such_architecture_is_exit_3(tmp_path):
+    body = ("def run_variant(run, variant):\n    raise protocol.NoArchitecture('registry X lists no gemma9')\n"
+            "raise SystemExit(protocol.main({'default': 'x'}, run_variant))\n")
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", _work(tmp_path), ["capped"], 120)
+    assert outcome.no_architecture and "registry X lists no gemma9" in outcome.reason
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_hanging_engine_and_what_it_started_are_killed(tmp_path):
+    pidfile = tmp_path / "grandchild"
+    body = (f"import subprocess\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid))\ntime.sleep(600)\n")
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", _work(tmp_path), ["capped"], 3)
+    assert outcome.reason == "no answer in 3 s (stopped)"
+    time.sleep(0.5)
+    assert not _alive(int(pidfile.read_text()))
+
+
+def test_sigterm_during_parity_kills_the_child_and_leaves_no_folder(tmp_path):
+    """The parent gets SIGTERM while an engine runs: one line, exit 143, no child left, no temporary folder."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    parent = subprocess.Popen([sys.executable, "-m", "softcapgrad", "parity", "--engine", "transformers",
+                               "--seq-len", "12"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = None
+    deadline = time.monotonic() + 240
+    while child is None and time.monotonic() < deadline and parent.poll() is None:
+        time.sleep(0.2)
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                    if int(stat[1]) == parent.pid and b"-I" in (proc / "cmdline").read_bytes():
+                        child = int(proc.name)
+                except (OSError, IndexError, ValueError):
+                    continue
+    assert child is not None, parent.communicate()
+    parent.send_signal(signal.SIGTERM)
+    out, err = parent.communicate(timeout=60)
+    assert parent.returncode == 143
+    assert err.strip().splitlines() == [
+        "softcapgrad: terminated; the engine's processes were stopped and the temporary folder removed"]
+    assert not _alive(child)
+    assert list(tmp.iterdir()) == []
