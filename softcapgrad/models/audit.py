@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
