@@ -7,36 +7,10 @@ from typing import Annotated, Optional
 import typer
 
 from softcapgrad.cli.common import emit, InputError, Json, one_of, pick, Report, Wide
+from softcapgrad.experiments.design import ARMS as ARM_NAMES
 
 FILES = ("experiment.json", "experiment.md", "figures/experiment.png")
-ARM_NAMES = ("bf16-eager", "bf16-patch", "bf16-compile", "fp32-eager", "no-cap")
 
-
-def experiment_figure(res: dict):
-    """Per depth, the loss on the shifted contexts after the shift: one thin line per arm and seed."""
-    from softcapgrad.core.plot import DPI, SIZE, pyplot
-
-    plt = pyplot()
-    depths = res["verdict"]["by_depth"]
-    fig, axes = plt.subplots(1, len(depths), figsize=SIZE, dpi=DPI, sharey=True, squeeze=False)
-    colours = dict(zip(ARM_NAMES, ("tab:red", "tab:blue", "tab:orange", "tab:green", "tab:grey")))
-    for ax, row in zip(axes[0], depths):
-        key = f"{row['depth']:g}x"
-        for arm in res["design"]["arms"]:
-            for i, curve in enumerate(res["arms"][arm][key]["curves"].values()):
-                ax.plot(curve["shifted_loss"], color=colours.get(arm, "black"), lw=0.7, alpha=0.6,
-                        label=arm if i == 0 else None)
-        ratio = "—" if row["ratio"] is None else f"{row['ratio']:g} [{row['low']:g}, {row['high']:g}]"
-        ax.set_title(f"depth {row['depth']:g}×: eager ÷ patched {ratio}", fontsize=7)
-        ax.set_xlabel("steps after the shift", fontsize=7)
-        ax.set_yscale("log")
-        ax.tick_params(labelsize=6)
-    axes[0][0].set_ylabel("loss on the shifted contexts (nats)", fontsize=7)
-    axes[0][0].legend(fontsize=6)
-    fig.suptitle("tiny Gemma 2, label shift after a confident phase" + (" (--quick)" if res["quick"] else ""),
-                 fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def _design(quick: bool, seeds: Optional[int], steps: Optional[int], arms: Optional[list[str]],
@@ -109,7 +83,8 @@ def experiment(
             files: dict = {target / "experiment.json": json.dumps(res, indent=1, sort_keys=True) + "\n",
                            target / "experiment.md": report.markdown(res, design)}
             try:
-                from softcapgrad.ledger.figures import png_bytes
+                from softcapgrad.core.plot import png_bytes
+                from softcapgrad.experiments.figure import experiment_figure
 
                 files[target / "figures" / "experiment.png"] = png_bytes(experiment_figure(res))
             except InputError:
