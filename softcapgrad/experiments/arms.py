@@ -104,3 +104,10 @@ def build(spec: ArmSpec, design: Design, base: Any = None) -> Arm:
         patch_deadzone(model)
     forward = torch.compile(model) if spec.compiled else model
     return Arm(spec, model, forward)
+
+
+def nonfinite(state: dict) -> list[str]:
+    """The names of a state's floating tensors that hold a NaN or an infinity."""
+    import torch
+
+    return [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from softcapgrad.core import progress
+from softcapgrad.core.checks import InputError
 from softcapgrad.experiments import arms as armset, task as tasks
-from softcapgrad.experiments.design import CORE, Design
+from softcapgrad.experiments.design import CORE, TINY, Design
 from softcapgrad.experiments.loop import ArmRun, confident, phase1, pre_cap_logits, run_arm
 from softcapgrad.experiments.natural import Natural, natural
 
@@ -53,6 +54,8 @@ class Measured:
 
 
 def arms_at(design: Design, depth: float, shift: str) -> list[str]:
+    if shift == "band" and depth not in design.band_depths:
+        return []
     return [a for a in design.arms if a in CORE or (shift == "rotation" and depth in design.side_depths)]
 
 
@@ -98,6 +101,16 @@ def _shifted(learner, scaled: dict, design: Design, m: tasks.Mapping, shift: str
     return tasks.band_mapping(m, pre_cap_logits(learner, design), design.band, design.band_aim)
 
 
+def _finite(state: dict, largest: float, what: str) -> None:
+    """Refuse, in one line, a state or a largest logit that is not finite: no verdict rests on a NaN."""
+    import math
+
+    bad = armset.nonfinite(state)
+    if bad or not math.isfinite(largest):
+        raise InputError(f"{what}: non-finite values ({', '.join(bad[:3]) or f'largest pre-cap logit {largest}'}"
+                         f"{'...' if len(bad) > 3 else ''}): nothing can be measured from them")
+
+
 def _drop_grads(runs: list[ArmRun]) -> list[ArmRun]:
     from dataclasses import replace
 
@@ -118,11 +131,14 @@ def _measure(design: Design, base, initial, model: str) -> Measured:
                 learner.load_state_dict(initial)
             with progress.task(f"phase 1 · seed {seed}", design.phase1_steps) as advance:
                 state = phase1(learner, design, seed, m, lambda n=1: (advance(n), overall(n)))
+            _finite(state, 0.0, f"seed {seed}: the weights after phase 1")
             if seed in design.sgd_seeds:
                 states[seed] = state
             for depth in design.depths:
                 target = depth * h * design.depth_margin
                 scaled, s, largest = confident(learner, state, target, design)
+                _finite(scaled, largest, f"--depth {depth:g}: the output layer scaled by {s:.3g} for a largest "
+                                         f"pre-cap logit of {target:.3g}")
                 band = 0
                 for shift in design.shifts:
                     mapped, found = _shifted(learner, scaled, design, m, shift)
@@ -137,6 +153,9 @@ def _measure(design: Design, base, initial, model: str) -> Measured:
 
                             run = run_arm(built[name], scaled, design, seed, depth, mapped, zeros[name][0], both,
                                           shift)
+                        if not all(x == x for x in run.shifted_loss + run.other_loss):
+                            raise InputError(f"{name} at depth {depth:g}×, seed {seed}: the loss became NaN; no "
+                                             "verdict is given from it")
                         overall(design.phase2_steps - len(run.shifted_loss) + (run.steps is not None))
                         group.append(run)
                     fidelity += _fidelity(group, seed, depth, shift)
@@ -149,5 +168,6 @@ def _measure(design: Design, base, initial, model: str) -> Measured:
 
         lr, pilot = choose(design, core, zeros, h, base, initial)
         sgd_runs = reported(design, core, zeros, h, states, lr, base)
-    return Measured(design, h, zeros, shifts, runs, model or "transformers Gemma2ForCausalLM (tiny, random init)",
-                    fidelity, lr, pilot, sgd_runs, natural(design, base, initial))
+    return Measured(design, h, zeros, shifts, runs, model or TINY,
+                    fidelity, lr, pilot, sgd_runs,
+                    natural(design, base, initial) if design.natural_steps else None)
