@@ -128,7 +128,7 @@ def test_dead_zone_in_bf16_eager_and_none_below_each_arms_own_first_zero(quick):
     for arm in ("bf16-eager", "bf16-patch-deadzone"):
         for key, e in res["arms"][arm]["rotation"].items():
             if float(key[:-1]) >= 1:
-                assert e["at_shift"]["final logits"]["zero_grad_fraction"] > 0 or arm != "bf16-eager"
+                assert arm != "bf16-eager" or e["at_shift"]["final logits"]["zero_grad_fraction"] > 0  # monitor sees it
                 assert all(f > 0 for f in e["hook_zero_grad_fraction"])  # autograd sees the zeros
                 assert all(0 < m < 1 for m in e["mass_lost_at_shift"])  # and some exact gradient mass goes with them
                 assert all(a >= horizon for a in e["hook_largest"])
@@ -177,7 +177,9 @@ def test_a_model_with_nan_weights_is_refused_before_training(cli, tmp_path):
         model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
     model.save_pretrained(tmp_path / "m", safe_serialization=True)
     code, _, out, err = cli("experiment", "--model", str(tmp_path / "m"), "--quick", "--out", "none")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "NaN" in err and "up_proj" in err
+    # transformers' own "Loading weights" bar may come before it (the shared model-directory reader's concern)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and out == "" and "Traceback" not in err and "NaN" in last and "up_proj" in last
 
 
 def test_help_says_what_seeds_accepts(cli):
