@@ -7,42 +7,17 @@ from typing import Annotated, Optional
 import typer
 
 from softcapgrad.cli.common import emit, InputError, Json, one_of, pick, Report, Wide
+from softcapgrad.experiments.design import ARMS as ARM_NAMES
 
 FILES = ("experiment.json", "experiment.md", "figures/experiment.png")
-ARM_NAMES = ("bf16-eager", "bf16-patch", "bf16-compile", "fp32-eager", "no-cap")
+MAX_DEPTH = 1e28
 
-
-def experiment_figure(res: dict):
-    """Per depth, the loss on the shifted contexts after the shift: one thin line per arm and seed."""
-    from softcapgrad.core.plot import DPI, SIZE, pyplot
-
-    plt = pyplot()
-    depths = res["verdict"]["by_depth"]
-    fig, axes = plt.subplots(1, len(depths), figsize=SIZE, dpi=DPI, sharey=True, squeeze=False)
-    colours = dict(zip(ARM_NAMES, ("tab:red", "tab:blue", "tab:orange", "tab:green", "tab:grey")))
-    for ax, row in zip(axes[0], depths):
-        key = f"{row['depth']:g}x"
-        for arm in res["design"]["arms"]:
-            for i, curve in enumerate(res["arms"][arm][key]["curves"].values()):
-                ax.plot(curve["shifted_loss"], color=colours.get(arm, "black"), lw=0.7, alpha=0.6,
-                        label=arm if i == 0 else None)
-        ratio = "—" if row["ratio"] is None else f"{row['ratio']:g} [{row['low']:g}, {row['high']:g}]"
-        ax.set_title(f"depth {row['depth']:g}×: eager ÷ patched {ratio}", fontsize=7)
-        ax.set_xlabel("steps after the shift", fontsize=7)
-        ax.set_yscale("log")
-        ax.tick_params(labelsize=6)
-    axes[0][0].set_ylabel("loss on the shifted contexts (nats)", fontsize=7)
-    axes[0][0].legend(fontsize=6)
-    fig.suptitle("tiny Gemma 2, label shift after a confident phase" + (" (--quick)" if res["quick"] else ""),
-                 fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def _design(quick: bool, seeds: Optional[int], steps: Optional[int], arms: Optional[list[str]],
-            depths: Optional[list[float]]):
+            depths: Optional[list[float]], shifts: Optional[list[str]] = None):
     from softcapgrad.core.checks import at_least, positive
-    from softcapgrad.experiments.design import DESIGN, QUICK
+    from softcapgrad.experiments.design import DESIGN, QUICK, SHIFTS
 
     design = QUICK if quick else DESIGN
     changes: dict = {}
@@ -53,23 +28,59 @@ def _design(quick: bool, seeds: Optional[int], steps: Optional[int], arms: Optio
     if arms:
         changes["arms"] = tuple(pick("--arm", arms, ARM_NAMES))
     if depths:
-        changes["depths"] = tuple(sorted({positive("--depth", d) for d in depths}))
+        changes["depths"] = changes["band_depths"] = tuple(sorted({_depth(positive("--depth", d)) for d in depths}))
+    if shifts:
+        changes["shifts"] = tuple(s for s in SHIFTS if s in set(pick("--shift", shifts, SHIFTS)))
+    if steps is not None or arms or depths or shifts:  # a partial comparison: no SGD setting, no long run
+        changes.update(sgd_seeds=(), natural_steps=0)
     return design.with_(**changes) if changes else design
 
 
+def _depth(d: float) -> float:
+    """A depth whose largest pre-cap logit (d × the bf16 horizon, about 104) is far inside fp32's range."""
+    from softcapgrad.core.checks import InputError
+
+    if d > MAX_DEPTH:
+        raise InputError(f"--depth must be at most {MAX_DEPTH:g} (a largest pre-cap logit near 1e30, past which "
+                         f"scaled weights and their products overflow fp32 and bf16), got {d:g}")
+    return d
+
+
+def _full(target: Path) -> bool:
+    """Whether ``target`` holds the results of a full default run (not --quick, every seed, arm, depth and shift)."""
+    import json
+
+    from softcapgrad.experiments.design import DESIGN, TINY
+
+    try:
+        res = json.loads((target / "experiment.json").read_text())
+        d = res["design"]
+        return (res["quick"] is False and res["model"] == TINY
+                and tuple(d["seeds"]) == DESIGN.seeds and tuple(d["arms"]) == DESIGN.arms
+                and tuple(d["depths"]) == DESIGN.depths and tuple(d.get("shifts", ())) == DESIGN.shifts)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def experiment(
-    quick: Annotated[bool, typer.Option("--quick", help="The same design with fewer seeds and steps (about a "
-                                                        "minute once torch.compile's cache is warm).")] = False,
-    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Number of seeds (0, 1, ...; default 8, --quick 2).")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Most steps after the shift (default 200, --quick 100).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="The same design with fewer seeds, depths and steps, "
+                                                        "without the compiled arm (under a minute).")] = False,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Number of seeds, at least 1 (seeds 0 to N − 1; "
+                                                                 "default 24, --quick 2).")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Most steps after the shift, at least 1 (default "
+                                                                 "200, --quick 100).")] = None,
     arm: Annotated[Optional[list[str]], typer.Option("--arm", help=f"Arms (repeatable): {one_of(ARM_NAMES)}, or all.")] = None,
-    depth: Annotated[Optional[list[float]], typer.Option("--depth", help="Depths past the bf16 horizon, > 0 "
-                                                                         "(repeatable; default 0.5 1 2 4).")] = None,
+    depth: Annotated[Optional[list[float]], typer.Option("--depth", help="Depths past the bf16 horizon, > 0 and "
+                                                                         "at most 1e28 (repeatable; default 0.5 1.1 "
+                                                                         "1.25 1.5 2 4).")] = None,
+    shift: Annotated[Optional[list[str]], typer.Option("--shift", help="Shifts (repeatable): rotation, band.")] = None,
     model: Annotated[Optional[Path], typer.Option("--model", help="A saved transformers model with caps "
                                                                   "(safetensors): the same measurement on it.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Folder for experiment.json, experiment.md and "
                                                      "figures/experiment.png (default results; 'none' writes "
                                                      "nothing).")] = Path("results"),
+    force: Annotated[bool, typer.Option("--force", help="Let a --quick or partial run replace the full run's "
+                                                        "results in --out.")] = False,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -78,7 +89,9 @@ def experiment(
     def build() -> Report:
         import importlib.util
 
-        design = _design(quick, seeds, steps, arm, depth)
+        from softcapgrad.experiments.design import DESIGN
+
+        design = _design(quick, seeds, steps, arm, depth, shift)
         if importlib.util.find_spec("transformers") is None:
             raise InputError("experiment needs transformers: pip install 'softcapgrad[hf]'")
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
@@ -87,6 +100,9 @@ def experiment(
         if target is not None:
             writable_folder(target, "--out")
             check_targets([target / f for f in FILES], "--out")
+            if (design != DESIGN or model is not None) and not force and _full(target):
+                raise InputError(f"--out {target} holds the full run's results; a --quick or partial run does not "
+                                 "replace them: pass --force, or another --out")
         base = initial = None
         name = ""
         if model is not None:
@@ -109,7 +125,8 @@ def experiment(
             files: dict = {target / "experiment.json": json.dumps(res, indent=1, sort_keys=True) + "\n",
                            target / "experiment.md": report.markdown(res, design)}
             try:
-                from softcapgrad.ledger.figures import png_bytes
+                from softcapgrad.core.plot import png_bytes
+                from softcapgrad.experiments.figure import experiment_figure
 
                 files[target / "figures" / "experiment.png"] = png_bytes(experiment_figure(res))
             except InputError:

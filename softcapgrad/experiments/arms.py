@@ -23,11 +23,14 @@ class ArmSpec:
     caps: bool  # the model keeps its caps in phase 2
     path: str | None  # the real stack of its final-logit cap
     scores: str  # the format the cap's input is in
+    control: bool = False  # the patch's backward, exactly 0 wherever eager's is (softcapgrad.experiments.control)
 
 
 SPECS = {
     "bf16-eager": ArmSpec("bf16-eager", True, False, False, True, "torch-eager-cpu", "bfloat16"),
     "bf16-patch": ArmSpec("bf16-patch", True, True, False, True, "torch-eager-cpu-remedy", "bfloat16"),
+    "bf16-patch-deadzone": ArmSpec("bf16-patch-deadzone", True, False, False, True, "torch-eager-cpu", "bfloat16",
+                                   control=True),
     "bf16-compile": ArmSpec("bf16-compile", True, False, True, True, "torch-compile-cpu", "bfloat16"),
     "fp32-eager": ArmSpec("fp32-eager", False, False, False, True, "torch-eager-cpu", "float32"),
     "no-cap": ArmSpec("no-cap", True, False, False, False, None, "bfloat16"),
@@ -95,5 +98,16 @@ def build(spec: ArmSpec, design: Design, base: Any = None) -> Arm:
     model = fresh_model(design, 0, base=cfg)
     if spec.patch:
         patch(model)
+    if spec.control:
+        from softcapgrad.experiments.control import patch_deadzone
+
+        patch_deadzone(model)
     forward = torch.compile(model) if spec.compiled else model
     return Arm(spec, model, forward)
+
+
+def nonfinite(state: dict) -> list[str]:
+    """The names of a state's floating tensors that hold a NaN or an infinity."""
+    import torch
+
+    return [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]

@@ -31,6 +31,7 @@ class Window:
     dead_fraction: float | None  # past the path's first zero-gradient input (monitor)
     zero_grad_fraction: float | None  # gradient exactly 0 from a non-zero upstream (monitor; None: no backward seen)
     largest: float  # largest |pre-cap value| seen
+    mass_lost: float | None = None  # final logits: share of the exact gradient's L1 mass set to 0 (hooks; None: not seen)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class ArmRun:
     hook_dead_fraction: float | None  # final logits at the shift past the arm's own first zero (hooks)
     hook_largest: float | None  # largest |a| of the final logits at the shift, as the arm stored it
     windows: list[Window] = field(default_factory=list)
+    shift: str = "rotation"
+    optimizer: str = "adamw"
+    mass_lost_at_shift: float | None = None  # final logits at step 0 (hooks)
+    grad0: object = field(default=None, repr=False, compare=False)  # the step-0 parameter gradient, flat fp64
 
 
 def _ids(x: np.ndarray):
@@ -91,6 +96,21 @@ def largest_pre_cap(model, ids) -> float:
     return float(seen[0])
 
 
+def pre_cap_logits(model, design: Design) -> np.ndarray:
+    """The pre-cap final logits (fp32) with every token once as context: row t is the logits after token t."""
+    import torch
+
+    seen = []
+    handle = model.lm_head.register_forward_hook(lambda mod, i, o: seen.append(o.detach().float()))
+    try:
+        with torch.no_grad():
+            model(input_ids=_ids(tasks.probe(design.task)))
+    finally:
+        handle.remove()
+    v = design.task.vocab
+    return seen[0].reshape(-1, seen[0].shape[-1])[:v].numpy()
+
+
 def confident(model, state: dict, target: float, design: Design) -> tuple[dict, float, float]:
     """``state`` with the output layer scaled so that the largest pre-cap logit over every token is ``target``:
     (the new state, the scale s, the largest pre-cap logit after scaling)."""
@@ -113,8 +133,9 @@ def _site(cap: float | None, design: Design) -> str | None:
     return None
 
 
-def windows(monitor, start: int, end: int, watched: int, design: Design) -> list[Window]:
-    """One row per site from a monitor's rows (``watched``: the steps it watched)."""
+def windows(monitor, start: int, end: int, watched: int, design: Design, lost=None) -> list[Window]:
+    """One row per site from a monitor's rows (``watched``: the steps it watched; ``lost``: the hooks' (lost,
+    total) exact L1 mass of the final logits over those steps)."""
     out = []
     rows = monitor.rows()
     for site in SITES:
@@ -127,7 +148,8 @@ def windows(monitor, start: int, end: int, watched: int, design: Design) -> list
         zero = sum(r.zero_grad for r in mine if r.zero_grad is not None)
         out.append(Window(start, end, watched, site, count,
                           sum(dead) / count if dead and count else None,
-                          zero / back if back else None, max(r.max_abs for r in mine)))
+                          zero / back if back else None, max(r.max_abs for r in mine),
+                          lost[0] / lost[1] if site == "final logits" and lost and lost[1] else None))
     return out
 
 
@@ -149,8 +171,21 @@ class _Hooks:
 
         return hook
 
+    def close(self) -> None:
+        self._handle.remove()
+
     def watch_output(self, z) -> None:
         z.register_hook(self._keep("grad_z"))
+
+    def mass(self, cap: float) -> tuple[float, float] | None:
+        """(L1 mass of the exact gradient at the cap's input that the backward set to exactly 0, its whole L1 mass):
+        exact = upstream × sech²(a/c), in fp64 from the stored a and upstream."""
+        import torch
+
+        if self.a is None or self.grad_a is None or self.grad_z is None:
+            return None
+        exact = (self.grad_z.double() * torch.cosh(self.a.double() / cap).reciprocal().square()).abs()
+        return float(exact[self.grad_a == 0].sum()), float(exact.sum())
 
     def fractions(self, first_zero: float | None) -> tuple[float | None, float | None, float | None]:
         if self.a is None or self.grad_a is None or self.grad_z is None:
@@ -163,30 +198,40 @@ class _Hooks:
 
 
 def run_arm(arm: Arm, state: dict, design: Design, seed: int, depth: float, m: tasks.Mapping,
-            first_zero: float | None, advance=lambda n=1: None) -> ArmRun:
-    """Phase 2 for one arm from ``state``: steps until the shifted targets are learned, curves, fractions."""
+            first_zero: float | None, advance=lambda n=1: None, shift: str = "rotation", sgd: float | None = None,
+            budget: int | None = None) -> ArmRun:
+    """Phase 2 for one arm from ``state``: steps until the shifted targets are learned, curves, fractions
+    (``sgd``: plain SGD at that learning rate instead of AdamW; ``budget``: most steps instead of the design's)."""
     import torch
 
     from softcapgrad.stacks.watch import DeadZoneMonitor
 
     arm.model.load_state_dict(state)
-    opt = torch.optim.AdamW(arm.model.parameters(), lr=design.lr, weight_decay=design.weight_decay)
+    if sgd is None:
+        opt = torch.optim.AdamW(arm.model.parameters(), lr=design.lr, weight_decay=design.weight_decay)
+    else:
+        opt = torch.optim.SGD(arm.model.parameters(), lr=sgd)
+    budget = design.phase2_steps if budget is None else budget
     after, shifted = torch.from_numpy(m.after), torch.from_numpy(m.shifted)
     curves: tuple[list, list, list] = ([], [], [])
     rows: list[Window] = []
-    hooks = None if arm.spec.compiled else _Hooks(arm.model)
+    first = hooks = None if arm.spec.compiled else _Hooks(arm.model)
+    lost = [0.0, 0.0]
+    at_shift = grad0 = None
     monitor, opened, watched, steps = DeadZoneMonitor(), 0, 0, None
-    for t in range(design.phase2_steps):
+    for t in range(budget):
         if t >= 1 and (t - 1) % design.window == 0:
-            rows += windows(monitor, opened, t, watched, design)
-            monitor, opened, watched = DeadZoneMonitor(every=design.monitor_every), t, 0
+            rows += windows(monitor, opened, t, watched, design, lost)
+            monitor, opened, watched, lost = DeadZoneMonitor(every=design.monitor_every), t, 0, [0.0, 0.0]
         x = _ids(tasks.batch(design.task, seed, 1, t))
         y, mask = after[x].reshape(-1), shifted[x].reshape(-1)
         with (monitor if t == 0 else monitor.step()) as seen:
             watched += seen is not False
+            if t > 0 and seen is not False and not arm.spec.compiled:
+                hooks = _Hooks(arm.model)
             with _autocast(arm.spec.autocast):
                 z = arm.forward(input_ids=x).logits
-            if t == 0 and hooks is not None:
+            if hooks is not None:
                 hooks.watch_output(z)
             losses = torch.nn.functional.cross_entropy(z.float().reshape(-1, z.shape[-1]), y, reduction="none")
             on, off = losses.detach()[mask], losses.detach()[~mask]
@@ -195,14 +240,27 @@ def run_arm(arm: Arm, state: dict, design: Design, seed: int, depth: float, m: t
             curves[1].append(round(float(off.mean()), 4))
             curves[2].append(round(p_new, 4))
             done = p_new >= design.recover_probability and shifted_loss <= design.recover_loss
-            if not done:
+            if not done or t == 0:
                 opt.zero_grad(set_to_none=True)
                 losses.mean().backward()
+            if t == 0:
+                grad0 = torch.cat([p.grad.detach().double().reshape(-1) if p.grad is not None
+                                   else torch.zeros(p.numel(), dtype=torch.float64) for p in arm.model.parameters()])
+        if hooks is not None:
+            mass = hooks.mass(design.final_cap) if arm.spec.caps else None
+            if mass is not None:
+                lost = [lost[0] + mass[0], lost[1] + mass[1]]
+                if t == 0:
+                    at_shift = mass[0] / mass[1] if mass[1] else 0.0
+            if t > 0:
+                hooks.close()
+            hooks = None
         if done:
             steps = t
             break
         opt.step()
         advance(1)
-    rows += windows(monitor, opened, len(curves[0]), watched, design)
-    zero, dead, largest = hooks.fractions(first_zero) if hooks is not None else (None, None, None)
-    return ArmRun(arm.spec.name, depth, seed, steps, *curves, zero, dead, largest, rows)
+    rows += windows(monitor, opened, len(curves[0]), watched, design, lost)
+    zero, dead, largest = first.fractions(first_zero) if first is not None else (None, None, None)
+    return ArmRun(arm.spec.name, depth, seed, steps, *curves, zero, dead, largest, rows, shift,
+                  "adamw" if sgd is None else f"sgd lr {sgd:g}", at_shift, grad0)

@@ -56,6 +56,13 @@ def load(directory: Path, design: Design) -> tuple[Design, object, dict, str]:
     except (ValueError, OSError, KeyError) as err:
         raise InputError(f"--model {directory}: {str(err).splitlines()[0][:300]}") from None
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    from softcapgrad.experiments.arms import nonfinite
+
+    bad = nonfinite(state)
+    if bad:
+        raise InputError(f"--model {directory}: {len(bad)} weight tensor{'s' if len(bad) != 1 else ''} hold NaN or "
+                         f"infinite values ({', '.join(bad[:3])}{'...' if len(bad) > 3 else ''}): nothing can be "
+                         "trained from them")
     if "lm_head.weight" not in state:
         raise InputError(f"--model {directory}: {type(model).__name__} has no lm_head: not a causal language model")
     untied = model.config

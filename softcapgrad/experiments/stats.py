@@ -58,3 +58,48 @@ def ratio(eager: list[int], patched: list[int], resamples: int, confidence: floa
     else:
         verdict = "no measurable difference"
     return Ratio(round(point, 4), round(low, 4), round(high, 4), verdict)
+
+
+@dataclass(frozen=True)
+class Paired:
+    ratios: list[float]  # per seed, a_i / b_i
+    geomean: float | None  # exp(mean log ratio)
+    low: float | None  # paired percentile bootstrap interval of the geometric mean
+    high: float | None
+    slower: int  # seeds with a_i > b_i
+    tied: int
+    faster: int
+    wilcoxon_p: float | None  # scipy's two-sided Wilcoxon signed-rank test on the log ratios (ties dropped)
+    verdict: str
+
+
+def verdict(low: float, high: float, point: float) -> str:
+    """The interval in words: a cost, a gain, or the largest cost it leaves possible."""
+    if low > 1.0:
+        return f"costs {100 * (point - 1):.1f} % ({100 * (low - 1):.1f}–{100 * (high - 1):.1f} %)"
+    if high < 1.0:
+        return f"faster by {100 * (1 - point):.1f} % ({100 * (1 - high):.1f}–{100 * (1 - low):.1f} %)"
+    return f"no cost larger than {100 * (high - 1):.1f} % (interval {low:.4g}–{high:.4g})"
+
+
+def paired(a: list[int], b: list[int], resamples: int, confidence: float, seed: int) -> Paired:
+    """Per-seed ratios a_i / b_i (paired by seed): geometric mean, bootstrap interval, signs, Wilcoxon."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    keep = (x > 0) & (y > 0)
+    x, y = x[keep], y[keep]
+    if len(x) == 0:
+        return Paired([], None, None, None, 0, 0, 0, None, "no ratio (no seed with both counts above 0)")
+    logs = np.log(x / y)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(logs), size=(resamples, len(logs)))
+    tail = (1.0 - confidence) / 2.0
+    low, high = (float(np.exp(q)) for q in np.quantile(logs[idx].mean(axis=1), [tail, 1.0 - tail]))
+    point = float(np.exp(logs.mean()))
+    p = None
+    if np.any(logs != 0):
+        from scipy.stats import wilcoxon
+
+        p = round(float(wilcoxon(logs, zero_method="wilcox").pvalue), 6)
+    return Paired([round(float(r), 6) for r in x / y], round(point, 6), round(low, 6), round(high, 6),
+                  int((logs > 0).sum()), int((logs == 0).sum()), int((logs < 0).sum()), p,
+                  verdict(low, high, point))

@@ -53,3 +53,20 @@ def probe(task: Task) -> np.ndarray:
     ids = np.arange(task.vocab, dtype=np.int64)
     pad = (-len(ids)) % task.seq
     return np.concatenate([ids, ids[:pad]]).reshape(-1, task.seq)
+
+
+def band_mapping(m: Mapping, logits: np.ndarray, band: tuple[float, float], aim: float) -> tuple[Mapping, int]:
+    """The band shift: each shifted context t gets the token whose pre-cap logit ``logits[t]`` lies in ``band``
+    closest to ``aim`` (not its old successor); a context with no such token keeps ``m.after[t]``. Returns the
+    mapping and the count of shifted contexts that found one."""
+    after = m.after.copy()
+    found = 0
+    for t in np.flatnonzero(m.shifted):
+        row = logits[t].astype(np.float64)
+        inside = (row >= band[0]) & (row <= band[1])
+        inside[m.before[t]] = False
+        if inside.any():
+            candidates = np.flatnonzero(inside)
+            after[t] = candidates[np.argmin(np.abs(row[candidates] - aim))]
+            found += 1
+    return Mapping(m.before, after, m.shifted), found

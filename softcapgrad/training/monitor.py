@@ -53,7 +53,9 @@ from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
 )
 from softcapgrad.training.sited import SiteWatch
-from softcapgrad.training.tally import Site, SiteRow, rows_report, _add, _largest, _past, _stuck, _Tally, _zero_grads
+from softcapgrad.training.tally import (
+    Site, SiteRow, rows_report, _add, _largest, _lost_mass, _past, _stuck, _Tally, _zero_grads,
+)
 
 aten = torch.ops.aten
 FORWARD = {aten.tanh.default: "tanh", aten.tanh_.default: "tanh",
@@ -107,6 +109,7 @@ class DeadZoneMonitor(TorchDispatchMode):
         self.higher_order: dict[str, int] = {}
         self._tallies: dict[Site, _Tally] = {}
         self._by_output: dict[int, Site] = {}  # forward output storage -> its site, for the backward
+        self._inputs: dict[int, torch.Tensor] = {}  # forward output storage -> the op's input, for the mass lost
         self._scaled: tuple[int, tuple, float] | None = None  # last x/c: (data_ptr, shape, c)
         self._compiled = CompiledRegions()
         self._zones: dict[tuple, float | None] = {}
@@ -154,6 +157,7 @@ class DeadZoneMonitor(TorchDispatchMode):
             ingraph.WATCHERS.remove(self._watcher)
             self._learn(sited is not None, raised=exc[0] is not None)
             self._by_output.clear()  # storages are reused: a later watched step must not pair with these
+            self._inputs.clear()
             self._scaled = None
 
     @contextlib.contextmanager
@@ -224,9 +228,10 @@ class DeadZoneMonitor(TorchDispatchMode):
         site = Site(model, module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type, cap)
         tally = self._tallies.setdefault(site, _Tally())
         if self._sited is not None:
-            self._sited.backward_of(y, site)
+            self._sited.backward_of(y, site, x)
         else:
             self._by_output[y.data_ptr()] = site
+            self._inputs[y.data_ptr()] = x
         if self._seen is not None:
             if inner is None:
                 self._seen = None  # a cap outside any module: only the mode over every op sees it
@@ -249,13 +254,17 @@ class DeadZoneMonitor(TorchDispatchMode):
         if site is None:  # its forward ran outside the monitor
             site = Site(-1, "(forward not seen)", "(forward not seen)", fn, str(output.dtype).removeprefix("torch."),
                         output.device.type, None)
-        self._backward_counted(site, grad_output, grad_input)
+        self._backward_counted(site, grad_output, grad_input, self._inputs.get(output.data_ptr()))
 
-    def _backward_counted(self, site: Site, grad_output: torch.Tensor, grad_input: torch.Tensor) -> None:
+    def _backward_counted(self, site: Site, grad_output: torch.Tensor, grad_input: torch.Tensor,
+                          x: torch.Tensor | None = None) -> None:
         tally = self._tallies.setdefault(site, _Tally())
         tally.backward_calls += 1
         tally.backward_count += grad_input.numel()
         tally.zero_grad = _add(tally.zero_grad, _zero_grads(grad_output, grad_input))
+        if x is not None and x.shape == grad_input.shape and grad_output.shape == grad_input.shape:
+            lost, mass = _lost_mass(site.fn, x, grad_output, grad_input)
+            tally.lost, tally.mass = _add(tally.lost, lost), _add(tally.mass, mass)
 
     def _first_zero(self, path: str, dtype: str, cap: float | None, fn: str) -> FirstZero:
         key = (path, dtype, cap, fn)
@@ -344,7 +353,8 @@ class DeadZoneMonitor(TorchDispatchMode):
         for site, t in self._tallies.items():
             path = path_name(site.device, site.compiled)
             stack = self._first_zero(path, site.dtype, site.cap, site.fn)
-            calls, recomputed, count, saturated, dead, largest, backward_calls, backward_count, zero_grad = t.totals()
+            calls, recomputed, count, saturated, dead, largest, backward_calls, backward_count, zero_grad, lost, mass \
+                = t.totals()
             if not site.compiled:
                 saturated = saturated or 0
                 dead = saturated  # eager backward 1 − y² (σ(1 − σ)) from the stored output: 0 exactly there
@@ -361,6 +371,7 @@ class DeadZoneMonitor(TorchDispatchMode):
                 max_abs_input=largest, first_zero_grad_input=stack.value, source=stack.source,
                 saturated_fraction=None if saturated is None else saturated / count if count else 0.0,
                 dead_fraction=None if dead is None else dead / count if count else 0.0,
+                mass_lost=None if mass is None else lost / mass if mass else 0.0,
             ))
         return rows
 

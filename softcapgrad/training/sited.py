@@ -31,13 +31,13 @@ class SiteWatch:
     """Hooks on the site modules and their children that push ``mode`` in a site's own code only."""
 
     def __init__(self, mode: TorchDispatchMode, modules: list[torch.nn.Module],
-                 on_backward: Callable[[object, torch.Tensor | None, torch.Tensor | None], None]) -> None:
+                 on_backward: Callable[..., None]) -> None:
         self.mode = mode
         self.on_backward = on_backward
         self.open = True
         self._on = False
         self._states: list[bool] = []
-        self._pending: list[tuple[torch.Tensor, object]] = []  # outputs whose autograd node is set after dispatch
+        self._pending: list[tuple] = []  # (output, site, input): outputs whose autograd node is set after dispatch
         hooked: dict[int, tuple[torch.nn.Module, bool]] = {}
         for module in modules:
             hooked[id(module)] = (module, True)
@@ -66,21 +66,22 @@ class SiteWatch:
         if self._states:  # none: the monitor was entered inside this module's forward
             self._set(self._states.pop())
 
-    def backward_of(self, y: torch.Tensor, site) -> None:
-        """Count the backward of the tanh / sigmoid whose output is ``y`` (its node is set once dispatch returns)."""
-        self._pending.append((y, site))
+    def backward_of(self, y: torch.Tensor, site, x: torch.Tensor | None = None) -> None:
+        """Count the backward of the tanh / sigmoid whose output is ``y`` and input ``x`` (its node is set once
+        dispatch returns)."""
+        self._pending.append((y, site, x))
 
     def flush(self) -> None:
-        for y, site in self._pending:
+        for y, site, x in self._pending:
             node = y.grad_fn
             if node is not None and type(node).__name__.startswith(BACKWARD_NODES):
-                node.register_hook(functools.partial(self._backward, site))
+                node.register_hook(functools.partial(self._backward, site, x))
         self._pending.clear()
 
-    def _backward(self, site, grad_inputs, grad_outputs) -> None:
+    def _backward(self, site, x, grad_inputs, grad_outputs) -> None:
         """The node's (grad_input,) and (grad_output,): the result and first argument of tanh_backward."""
         if self.open and grad_inputs and grad_inputs[0] is not None:
-            self.on_backward(site, grad_outputs[0], grad_inputs[0])
+            self.on_backward(site, grad_outputs[0], grad_inputs[0], x)
 
     def close(self) -> None:
         """Remove the hooks; a backward that runs after this is not counted (as with the mode over every op)."""

@@ -27,11 +27,11 @@ class _Tally:
     """Running sums of one site, kept as tensors on the op's device (no host sync per op), or as numbers on the CPU."""
 
     __slots__ = ("calls", "recomputed", "count", "saturated", "dead", "max_abs", "backward_calls", "backward_count",
-                 "zero_grad", "inputs")
+                 "zero_grad", "lost", "mass", "inputs")
 
     def __init__(self) -> None:
         self.calls = self.recomputed = self.count = self.backward_calls = self.backward_count = 0
-        self.saturated = self.dead = self.max_abs = self.zero_grad = None
+        self.saturated = self.dead = self.max_abs = self.zero_grad = self.lost = self.mass = None
         self.inputs: list[torch.Tensor] = []
 
     def totals(self) -> list:
@@ -120,6 +120,21 @@ def _zero_grads(grad_output: torch.Tensor, grad_input: torch.Tensor):
     return torch.count_nonzero((grad_input == 0) & (grad_output != 0))
 
 
+def _lost_mass(fn: str, x: torch.Tensor, grad_output: torch.Tensor, grad_input: torch.Tensor):
+    """(L1 mass of the exact gradient that the backward set to exactly 0, the exact gradient's whole L1 mass).
+
+    The exact gradient is the upstream gradient times the exact derivative at the op's saved input x, in fp64:
+    sech²(x) for the tanh (so for c·tanh(a/c) the share is that of a's gradient: the factors c and 1/c cancel),
+    σ(x)·σ(−x) for the sigmoid, each from e = exp(−2|x|) or exp(−|x|) so nothing overflows."""
+    from softcapgrad.training.fp32grad import WIDE
+
+    exact = WIDE[fn](x.detach()).mul_(grad_output.detach().double()).abs_()
+    lost, mass = exact[grad_input == 0].sum(), exact.sum()
+    if x.device.type == "cpu":
+        return lost.item(), mass.item()
+    return lost, mass
+
+
 def _merge(a: list, b: list) -> list:
     """Two ranks' totals of one site: sums, and the larger ``max_abs`` (slot 5)."""
     out = []
@@ -149,6 +164,7 @@ class SiteRow:
     source: str
     saturated_fraction: float | None
     dead_fraction: float | None
+    mass_lost: float | None = None  # share of the exact gradient's L1 mass (fp64) the backward set to 0 (None: not seen)
 
 
 def rows_report(rows: list[dict], hidden: str | None, params: dict) -> Report:
@@ -184,13 +200,16 @@ def rows_report(rows: list[dict], hidden: str | None, params: dict) -> Report:
             Table("where", "where each tanh / sigmoid ran", rows,
                   ("module", "fn", "dtype", "path", "cap", "first_zero_grad_input"), wide=("site", "source"),
                   json=False),
-            Table("counts", "what it did", rows, ("module", "count", "saturated", "dead", "zero_grad", "max_abs"),
+            Table("counts", "what it did", rows, ("module", "count", "saturated", "dead", "zero_grad", "mass_lost",
+                                                  "max_abs"),
                   wide=("calls", "recomputed", "backward_count", "max_abs_input", "dead_fraction"), json=False),
         ),
         notes=(
             "saturated: stored output exactly ±1 (0 or 1 for the sigmoid); zero_grad: backward exactly 0 where the "
             "upstream gradient was not; dead: elements past the path's first zero-gradient input (eager: the "
-            "saturated ones; compiled: counted on the cap's input inside the graph)",
+            "saturated ones; compiled: counted on the cap's input inside the graph); mass_lost: the share of the "
+            "exact gradient's L1 mass (upstream × the exact derivative at the saved input, fp64) that the backward "
+            "set to 0, on the watched steps (— where no backward was seen: compiled code)",
             "cap: the number the tanh's input was divided by; first_zero_grad_input is in units of the pre-cap a (of "
             "the tanh input when no cap was seen)",
         ),
