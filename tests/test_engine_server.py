@@ -72,6 +72,20 @@ def serving(command: list[str], port: int, cwd, env: dict, wait: float):
         child.wait()
 
 
+def llama_server(python, folder, tmp_path):
+    """llama.cpp's own converter to an F32 GGUF, then llama_cpp.server on it (a context giving its URL)."""
+    converter = python.parent.parent / "share" / "llama.cpp-converter" / "convert_hf_to_gguf.py"
+    gguf = tmp_path / "model.gguf"
+    subprocess.run([str(python), "-E", "-s", str(converter), str(folder), "--outfile", str(gguf),
+                    "--outtype", "f32"], cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, check=True,
+                   timeout=300)
+    port = _free_port()
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)), "OMP_NUM_THREADS": "1"}
+    command = [str(python), "-I", "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+               "--port", str(port), "--n_ctx", "128", "--logits_all", "true"]
+    return serving(command, port, tmp_path, env, 120)
+
+
 def _pieces(folder) -> list[str]:
     return list(vocabulary(json.loads((folder / "config.json").read_text(encoding="utf-8"))).pieces)
 
@@ -79,16 +93,7 @@ def _pieces(folder) -> list[str]:
 def test_llama_cpp_server_echo_is_judged_and_its_off_by_one_named(tmp_path):
     python = installed("llamacpp")
     reference, folder = inputs(tmp_path, "gemma2", "final_logit_softcapping=30", "attn_logit_softcapping=50")
-    converter = python.parent.parent / "share" / "llama.cpp-converter" / "convert_hf_to_gguf.py"
-    gguf = tmp_path / "model.gguf"
-    subprocess.run([str(python), "-E", "-s", str(converter), str(folder / "capped"), "--outfile", str(gguf),
-                    "--outtype", "f32"], cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, check=True,
-                   timeout=300)
-    port = _free_port()
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)), "OMP_NUM_THREADS": "1"}
-    command = [str(python), "-I", "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-               "--port", str(port), "--n_ctx", "128", "--logits_all", "true"]
-    with serving(command, port, tmp_path, env, 120) as url:
+    with llama_server(python, folder / "capped", tmp_path) as url:
         answer = server.ask(url, reference.ids, _pieces(folder / "capped"), timeout=60)
     assert answer.form == "echo" and answer.k == server.K and answer.requests <= server.MAX_REQUESTS
     judged = server.judge(answer, {k: verdict.log_probs(v) for k, v in reference.logits.items()})

@@ -109,6 +109,10 @@ def parity(
     seed: Annotated[Optional[int], typer.Option(help="Seed of the weights and token ids (default 0).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds each engine route may take, conversion included.")] = 300.0,
     out: Annotated[Optional[Path], typer.Option(help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
+    server: Annotated[Optional[str], typer.Option(
+        "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead.")] = None,
+    server_model: Annotated[Optional[str], typer.Option(
+        "--server-model", help="The model name the server knows (default: the first it lists).")] = None,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -126,6 +130,9 @@ def parity(
         from softcapgrad.engines import catalog, parity as run, reference, runner
         from softcapgrad.models import audit
 
+        if server is not None or server_model is not None:
+            return _served(directory, server, server_model, engine, model_type, install, out, set_, seq_len, seed,
+                           timeout)
         known = catalog.engines()
         names = pick("--engine", engine, tuple(known))
         explicit = bool(engine) and not any(e.strip().lower() == "all" for e in engine)
@@ -180,6 +187,37 @@ def parity(
         return report
 
     emit(build, json_out, wide, command="parity")
+
+
+def _served(directory, url, model, engine, model_type, install, out, sets, seq_len, seed, timeout) -> Report:
+    """parity DIR --server URL: the user's deployment against the reference of DIR."""
+    from softcapgrad.core.report import Table
+    from softcapgrad.engines import reference, server, serving
+    from softcapgrad.models import audit
+
+    if url is None:
+        raise InputError("--server-model needs --server URL")
+    server.base_url(url)
+    not_with({"--engine": engine, "--model-type": model_type, "--install": install or None, "--out": out},
+             "with --server")
+    if directory is None:
+        raise InputError("--server needs the model directory DIR it serves: the server's weights are unknown here")
+    n = bounded("--seq-len", seq_len, 2, 512)
+    s = seed_in_range(seed)
+    if not 1 <= timeout <= 3600:
+        raise InputError(f"--timeout {timeout:g}: must lie in 1..3600 seconds")
+    src = audit.source(directory, None, sets or [])
+    reference.check(src.config)
+    served = serving.check(src, url, model, n, s, timeout)
+    params = {"model": str(directory), "set": sets or [], "server": served.url, "server_model": model,
+              "seq_len": n, "seed": s, "timeout": timeout}
+    return Report(command="parity", params=params,
+                  tables=(Table("rows", f"verdict per cap on the server's top {served.judged['k']}", served.rows,
+                                ("cap", "c", "verdict", "top_k", "max_logit", "error"),
+                                wide=("error_off", "note")),),
+                  notes=("error: largest |Δ log-prob| over the returned entries against the nearest reference that "
+                         "keeps the cap; error off: against the nearest without it",),
+                  answer=serving.answer(served))
 
 
 engines_app = typer.Typer(add_completion=False, no_args_is_help=False)
