@@ -24,17 +24,20 @@ def test_server_refusals_are_one_line_and_exit_2(cli, tmp_path, args, said):
     assert code == 2 and out == "" and said in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_a_closed_port_is_a_row_with_its_reason_and_exit_0(cli, tmp_path):
+@pytest.mark.parametrize("listening, said", [(False, "refused"), (True, "no answer in 1 s")])
+def test_a_closed_port_or_a_silent_server_is_a_row_with_its_reason_and_exit_0(cli, tmp_path, listening, said):
     _, folder = inputs(tmp_path, "gemma2", "final_logit_softcapping=30", "attn_logit_softcapping=50")
-    with socket.socket() as s:  # a port bound and not listening: every connection refused
+    with socket.socket() as s:  # bound only: connections refused; listening: accepted, never read
         s.bind(("127.0.0.1", 0))
+        if listening:
+            s.listen(4)
         port = s.getsockname()[1]
         code, data, _, err = cli("parity", str(folder / "capped"), "--server", f"http://127.0.0.1:{port}", "--json",
-                                 "--timeout", "5")
+                                 "--timeout", "1")
     assert code == 0, err
-    rows = data["rows"]
-    assert [r["verdict"] for r in rows] == ["could not run", "could not run"]
-    assert all("refused" in r["note"].lower() for r in rows)
+    assert [r["verdict"] for r in data["rows"]] == ["could not run", "could not run"]
+    assert all(said in r["note"].lower() for r in data["rows"]), data["rows"]
+    assert data["answer"][0].startswith(f"The server at http://127.0.0.1:{port} gave no log-probabilities")
 
 
 def test_parity_server_judges_a_real_llama_cpp_server(cli, tmp_path):
