@@ -126,3 +126,24 @@ def test_sigterm_during_parity_kills_the_child_and_leaves_no_folder(tmp_path):
         "softcapgrad: terminated; the engine's processes were stopped and the temporary folder removed"]
     assert not _alive(child)
     assert list(tmp.iterdir()) == []
+
+
+def test_one_failing_variant_is_named_and_the_others_still_run(tmp_path):
+    body = ("def run_variant(run, variant):\n"
+            "    if variant == 'final-off':\n        raise RuntimeError('cannot convert a config without the cap')\n"
+            "    return np.ones((run.ids.size, 3))\n"
+            "raise SystemExit(protocol.main({'default': 'x'}, run_variant))\n")
+    work = _work(tmp_path)
+    (work / "final-off").mkdir()
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", work, ["capped", "final-off"], 120)
+    assert outcome.reason is None and list(outcome.logits) == ["capped"]
+    assert outcome.info["failed"] == {"final-off": "RuntimeError: cannot convert a config without the cap"}
+
+
+def test_every_variant_failing_is_the_first_ones_reason(tmp_path):
+    body = ("def run_variant(run, variant):\n    raise RuntimeError('no ' + variant)\n"
+            "raise SystemExit(protocol.main({'default': 'x'}, run_variant))\n")
+    work = _work(tmp_path)
+    (work / "final-off").mkdir()
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", work, ["capped", "final-off"], 120)
+    assert outcome.logits == {} and outcome.reason == "RuntimeError: no capped"

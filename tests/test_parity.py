@@ -63,6 +63,33 @@ def test_dropped_final_cap_is_ignored(capped):
     assert rows["attention"]["verdict"] == "applied"
 
 
+def test_an_engine_that_reads_no_cap_from_the_folder_is_named(capped):
+    _, reference = capped
+    own = reference.logits["capped"]  # its own config caps both runs, whatever the folder says
+    rows = _rows(reference, own, own)
+    assert rows["final"]["verdict"] == "ignores the folder's caps"
+    assert "matches transformers' capped model" in rows["final"]["hint"]
+    assert rows["attention"]["verdict"] == "applied"  # judged on the capped pair
+
+
+def test_an_own_cap_without_the_attention_cap_is_named_on_both(capped):
+    _, reference = capped
+    own = reference.logits["attention off"]
+    rows = _rows(reference, own, own)
+    assert rows["final"]["verdict"] == "ignores the folder's caps"
+    assert "differs from transformers' capped model" in rows["final"]["hint"]
+    assert rows["attention"]["verdict"] == "ignored"
+
+
+def test_a_variant_the_engine_could_not_run_is_said_on_the_rows_that_need_it(capped):
+    _, reference = capped
+    failed = {"final off": "RuntimeError: no config without the cap"}
+    rows = {r["cap"]: r for r in verdict.verdicts({"capped": reference.logits["capped"]}, reference, failed=failed)}
+    assert {r["verdict"] for r in rows.values()} == {"could not run"}
+    assert rows["final"]["hint"] == "the folder without its final cap: RuntimeError: no config without the cap"
+    assert rows["attention"]["max_logit"] == pytest.approx(float(np.abs(reference.logits["capped"]).max()))
+
+
 def test_dropped_attention_cap_is_ignored(capped):
     _, reference = capped
     rows = _rows(reference, reference.logits["attention off"], reference.logits["uncapped"])

@@ -10,19 +10,37 @@ from softcapgrad.cli.common import bounded, emit, InputError, Json, not_with, pi
 FILES = ("parity.json", "parity.md", "figures/parity.png")
 
 
+VERBS = {"ignored": "ignored", "different": "altered", "not finite": "gave non-finite logits with",
+         "ignores the folder's caps": "reads from its own config, not the folder,"}
+BAD = tuple(VERBS)
+
+
 def _fix(rows: list[dict], bad: dict) -> str:
     """The route of the same engine that keeps this cap, as the setting to change."""
     keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
              and r["cap"] == bad["cap"] and r["verdict"] == "applied"]
-    return f"; route {keeps[0]} keeps it" if keeps else "; no route of it tried here keeps it"
+    return f"route {keeps[0]} keeps it" if keeps else "no route of it tried here keeps it"
+
+
+def _grouped(rows: list[dict], picked: list[dict], say) -> list[str]:
+    """One phrase per engine, route, cap and verdict, naming every model type it holds for."""
+    groups: dict = {}
+    for r in picked:
+        groups.setdefault((r["engine"], r["route"], r["cap"], say(r)), []).append(r)
+    out = []
+    for (engine, route, cap, what), found in groups.items():
+        models = ", ".join(dict.fromkeys(r["model"] for r in found))
+        fixes = sorted({_fix(rows, r) for r in found})
+        out.append(f"{engine} ({route}) {what} the {cap} cap of {models}; {' / '.join(fixes)}")
+    return out
 
 
 def _answer(results) -> tuple[str, ...]:
     rows = [r for p in results for r in p.rows]
-    bad = [f"{r['engine']} ({r['route']}) {r['verdict']} the {r['cap']} cap of {r['model']}"
-           + (f" ({r['hint']})" if r.get("hint") else "") + _fix(rows, r)
-           for r in rows if r["verdict"] in ("ignored", "different", "not finite")]
-    bad += [f"{r['engine']} applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
+    bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD],
+                   lambda r: VERBS[r["verdict"]] + (" (" + r["hint"] + ")" if r["verdict"] == "different" and
+                                                    r.get("hint", "").startswith("matches ") else ""))
+    bad += [f"{r['engine']} ({r['route']}) applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})
     missing = sorted({r["engine"] for r in rows if r["verdict"] == "could not run"})

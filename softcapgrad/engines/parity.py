@@ -60,7 +60,7 @@ def variants(reference) -> list[str]:
 def _info(engine, route, state) -> dict:
     return {"engine": engine.name, "route": route.id, "how": route.text, "precision": route.precision,
             "environment": engine.environment, "versions": dict(state.versions) if state else {},
-            "did": "", "cpu_s": None, "wall_s": None, "reason": None}
+            "did": "", "cpu_s": None, "wall_s": None, "reason": None, "failed": {}}
 
 
 def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> tuple[list, dict]:
@@ -87,14 +87,17 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> t
         return verdict.no_architecture(reference, outcome.reason), info
     if outcome.reason:
         return verdict.could_not_run(reference, outcome.reason), info
-    logits = {variant: outcome.logits[FOLDERS[variant]] for variant in variants(reference)}
+    logits = {v: outcome.logits[FOLDERS[v]] for v in variants(reference) if FOLDERS[v] in outcome.logits}
+    failed = {v: str(outcome.info["failed"][FOLDERS[v]]) for v in variants(reference)
+              if FOLDERS[v] in (outcome.info.get("failed") or {})}
+    info["failed"] = failed
     shape = reference.logits["capped"].shape
     wrong = [v.shape for v in logits.values() if v.shape != shape]
     if wrong:
         info["reason"] = f"logits of shape {wrong[0]}, expected {shape}"
         return verdict.could_not_run(reference, info["reason"]), info
     judged = catalog.Route(route.id, route.text, info["precision"], route.argument, route.once)
-    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit), info
+    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit, failed), info
 
 
 def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: float, label: str,

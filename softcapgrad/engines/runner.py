@@ -130,7 +130,10 @@ def _read(out: Path, variants: list[str], cpu: float, wall: float, tail: list) -
     except (OSError, ValueError) as error:
         return Outcome({}, {}, f"the engine exited 0 but wrote no readable info.json ({error})", 0, cpu, wall, tail)
     logits = {}
+    failed = info.get("failed") if isinstance(info, dict) and isinstance(info.get("failed"), dict) else {}
     for variant in variants:
+        if variant in failed:
+            continue
         try:
             values = np.load(out / f"{variant}.npy", allow_pickle=False)
         except (OSError, ValueError) as error:

@@ -14,7 +14,11 @@ Verdicts: *applied* (within tolerance of the capped form), *ignored* (within tol
 uncapped form), *different* (neither; the nearest of a few known alternatives is named when it
 matches: the cap in bf16 or fp16, a hard clip, x/√(1+x²)), *not finite*, *not bound* (the reference
 cannot tell the cap from its absence on these inputs), *unused by transformers* (the field is set but
-the reference model never applies it), or *could not run*.
+the reference model never applies it), *ignores the folder's caps* (the folder with its final cap
+switched off gives the engine's output unchanged: the engine takes its caps from elsewhere, such as a
+named config of its own; its attention cap is then judged on its capped output against transformers'
+capped model with and without the attention cap), or *could not run* (per variant: a row that needs
+a variant the engine could not run says which and why; the other row is judged).
 
 Tolerances: a log-prob is a logit minus a log-sum-exp, so an error of δ in every logit moves it by
 at most 2δ. The final cap's check is its own arithmetic at the scale c (a division, a tanh and a
@@ -164,8 +168,10 @@ def _nearest(lp: np.ndarray, a: np.ndarray, c: float, exact: float, mask=None, u
 
 
 def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: float, uncapped=None, k: int = 0,
-                      unit: float = FP32) -> dict:
-    """The attention cap: the engine without its final cap against the reference with and without the attention cap."""
+                      unit: float = FP32, against: tuple[str, str] = ("final off", "uncapped")) -> dict:
+    """The attention cap: the engine without its final cap against the reference with and without the attention
+    cap (``against``: the reference variants with and without it; the capped pair for an engine that keeps its
+    own final cap whatever the folder says)."""
     if c is None:
         return _row("attention", None, "not set", None, None, 0.0, hint="")
     bad = _nonfinite(final_off)
@@ -173,7 +179,7 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         return _unused(final_off, c, reference, once, bad, uncapped)
     if bad:
         return _row("attention", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
-    on, off = reference.logits["final off"], reference.logits["uncapped"]
+    on, off = reference.logits[against[0]], reference.logits[against[1]]
     tol = tolerance(unit, float(np.abs(on).max()), reference.width, once)
     lp = log_probs(final_off)
     mask = top(lp, k)
@@ -188,7 +194,7 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     if ignored.value <= tol:
         return _row("attention", c, "ignored", applied, ignored, tol, hint="", **extra)
     fits = []
-    for name, logits in reference.alternatives.items():
+    for name, logits in (reference.alternatives.items() if against[0] == "final off" else ()):
         e = error(lp, log_probs(logits), mask).value
         if e <= MATCH * applied.value:
             fits.append((e, name))
@@ -221,17 +227,78 @@ def _unused(final_off: np.ndarray, c: float, reference, once: float, bad: int, u
     return _row("attention", c, "unused by transformers", None, e, tol, hint=hint)
 
 
-def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, unit: float = FP32) -> list[dict]:
+def keeps_own_final_cap(capped: np.ndarray, final_off: np.ndarray, reference, unit: float = FP32,
+                        once: float = 0.0) -> float | None:
+    """The engine's two runs' largest log-prob difference, where the folder without its final cap gives the same
+    output as the folder with it although transformers' two differ by far more, and that output is still bounded
+    by c (None otherwise): the engine takes its cap from somewhere else than the folder (its own named config), so
+    its "final off" run is no pre-cap a. An engine that drops the cap also gives two equal runs, but unbounded
+    ones: transformers' pre-cap logits reach several times c here. The bound allows one rounding of the tanh
+    and one of the product in the engine's format."""
+    c = reference.caps["final"]
+    if c is None or _nonfinite(capped, final_off):
+        return None
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    same = error(log_probs(capped), log_probs(final_off)).value
+    apart = error(log_probs(reference.logits["capped"]), log_probs(reference.logits["final off"])).value
+    bounded = float(np.abs(final_off).max()) <= c * (1 + 4 * unit)
+    return same if same <= tol and apart > 10 * tol and bounded else None
+
+
+def _own_cap_row(capped: np.ndarray, c: float, same: float, reference, k: int, unit: float, once: float) -> dict:
+    """The final cap of an engine that ignores the folder's caps: its output against transformers' capped model."""
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    lp = log_probs(capped)
+    mask = top(lp, k)
+    applied = error(lp, log_probs(reference.logits["capped"]), mask)
+    ignored = error(lp, log_probs(reference.logits["final off"]), mask)
+    agrees = ("its output matches transformers' capped model: the cap it applies is its own config's, equal here "
+              "to the folder's" if applied.value <= tol else
+              f"its output differs from transformers' capped model by {applied.value:.3g} in log-prob")
+    hint = (f"the folder with its final cap switched off gives the same output (largest log-prob difference "
+            f"{same:.2g}): the engine reads no cap from the folder; {agrees}")
+    return _row("final", c, "ignores the folder's caps", applied, ignored, tol, hint=hint)
+
+
+def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, unit: float = FP32,
+             failed: dict | None = None) -> list[dict]:
     """Both caps' rows for one engine's logits {"capped": ..., "final off": ...}, each with the engine's
-    largest |logit| (a capped model's never exceed c)."""
-    capped, final_off = outcome_logits["capped"], outcome_logits["final off"]
-    rows = [attention_verdict(final_off, reference.caps["attention"], reference, once,
-                              outcome_logits.get("uncapped"), k, unit),
-            final_verdict(capped, final_off, reference.caps["final"], reference, k, unit, once)]
-    largest = float(np.nanmax(np.abs(capped))) if np.isfinite(capped).any() else None
+    largest |logit| (a capped model's never exceed c). ``failed`` names the variants the engine could not run,
+    with their reasons: the rows that need them say so, the others are judged."""
+    failed = failed or {}
+    capped, final_off = outcome_logits.get("capped"), outcome_logits.get("final off")
+    caps = reference.caps
+    same = None if capped is None or final_off is None else keeps_own_final_cap(capped, final_off, reference, unit,
+                                                                                 once)
+    if final_off is None:
+        attention = _failed("attention", caps["attention"], "final off", failed)
+    elif same is not None:
+        attention = attention_verdict(capped, caps["attention"], reference, once, None, k, unit,
+                                      against=("capped", "attention off"))
+    else:
+        attention = attention_verdict(final_off, caps["attention"], reference, once,
+                                      outcome_logits.get("uncapped"), k, unit)
+    if capped is None or final_off is None:
+        final = _failed("final", caps["final"], "capped" if capped is None else "final off", failed)
+    elif same is not None:
+        final = _own_cap_row(capped, caps["final"], same, reference, k, unit, once)
+    else:
+        final = final_verdict(capped, final_off, caps["final"], reference, k, unit, once)
+    rows = [attention, final]
+    if "uncapped" in failed and attention["verdict"] == "unused by transformers":
+        attention["hint"] += f"; the folder without any cap could not run: {failed['uncapped']}"
+    shown = capped if capped is not None else final_off
+    largest = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else None
     for row in rows:
         row.update(max_logit=largest, top_k=k)
     return rows
+
+
+def _failed(cap: str, c, variant: str, failed: dict) -> dict:
+    if c is None:
+        return _row(cap, None, "not set", None, None, 0.0, hint="")
+    what = {"capped": "the folder as it is", "final off": "the folder without its final cap"}[variant]
+    return _row(cap, c, "could not run", None, None, 0.0, hint=f"{what}: {failed.get(variant, 'no logits')}")
 
 
 def could_not_run(reference, reason: str, verdict: str = "could not run") -> list[dict]:
