@@ -218,6 +218,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
     server.base_url(url)
     not_with({"--engine": engine, "--model-type": model_type, "--install": install or None, "--out": out},
              "with --server")
+    not_with({"--set": sets}, "with --server: the server runs DIR's config as it is, and the reference must too")
     if directory is None:
         raise InputError("--server needs the model directory DIR it serves: the server's weights are unknown here")
     n = bounded("--seq-len", seq_len, 2, 512)
@@ -227,7 +228,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
     src = audit.source(directory, None, sets or [])
     reference.check(src.config)
     served = serving.check(src, url, model, n, s, timeout)
-    params = {"model": str(directory), "set": sets or [], "server": served.url, "server_model": model,
+    params = {"model": str(directory), "server": served.url, "server_model": model,
               "seq_len": n, "seed": s, "timeout": timeout}
     return Report(command="parity", params=params,
                   tables=(Table("rows", f"verdict per cap on the server's top {served.judged['k']}", served.rows,
