@@ -231,3 +231,33 @@ def test_a_low_precision_route_is_judged_on_its_top_tokens(capped):
     assert rows["final"]["verdict"] == "applied" and rows["final"]["top_k"] == 8
     dropped = {r["cap"]: r for r in verdict.verdicts({"capped": a, "final off": a}, reference, k=8, unit=2.0 ** -8)}
     assert dropped["final"]["verdict"] == "ignored"
+
+
+def _as_fp32_logprobs(z):
+    """What an engine that returns only log-probabilities gives: an fp32 log-softmax, -inf where fp32 underflows."""
+    lp = verdict.log_probs(z)
+    return np.where(lp < verdict.LN_TINY, -np.inf, lp)
+
+
+def test_an_engine_returning_only_log_probabilities_is_judged_against_the_reference(capped):
+    _, reference = capped
+    final_off = _as_fp32_logprobs(reference.logits["final off"])
+    assert np.isneginf(final_off).any()  # the uncapped logits span more than fp32's range of probabilities
+    rows = {r["cap"]: r for r in verdict.verdicts(
+        {"capped": _as_fp32_logprobs(reference.logits["capped"]), "final off": final_off}, reference,
+        output="logprobs")}
+    assert rows["attention"]["verdict"] == "applied" and rows["final"]["verdict"] == "applied"
+    assert rows["final"]["max_logit"] is None  # log-probabilities say nothing of the largest logit
+    dropped = {r["cap"]: r for r in verdict.verdicts({"capped": final_off, "final off": final_off}, reference,
+                                                      output="logprobs")}
+    assert dropped["final"]["verdict"] == "ignored"
+
+
+def test_minus_infinity_where_the_reference_is_representable_is_an_error(capped):
+    _, reference = capped
+    lp = verdict.log_probs(reference.logits["capped"])
+    broken = lp.copy()
+    broken[0, int(np.argmax(lp[0]))] = -np.inf  # the most likely token given probability zero
+    assert verdict.error(broken, lp).value == np.inf
+    assert verdict.error(_as_fp32_logprobs(reference.logits["final off"]),
+                         verdict.log_probs(reference.logits["final off"])).value < 1e-12

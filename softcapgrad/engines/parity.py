@@ -97,7 +97,8 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> t
         info["reason"] = f"logits of shape {wrong[0]}, expected {shape}"
         return verdict.could_not_run(reference, info["reason"]), info
     judged = catalog.Route(route.id, route.text, info["precision"], route.argument, route.once)
-    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit, failed), info
+    output = str(outcome.info.get("output", "logits"))
+    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit, failed, output), info
 
 
 def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: float, label: str,

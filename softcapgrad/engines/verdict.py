@@ -39,6 +39,7 @@ import numpy as np
 K = 16
 FP32 = 2.0 ** -24
 MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
+LN_TINY = float(np.log(2.0 ** -149))  # log of the smallest fp32 subnormal: below it a probability is 0 in fp32
 
 
 def log_probs(z: np.ndarray) -> np.ndarray:
@@ -100,7 +101,12 @@ def top(lp: np.ndarray, k: int) -> np.ndarray | None:
 
 
 def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = None) -> Error:
-    diff = np.abs(lp - reference_lp)
+    """The largest |Δ log-prob|, leaving out entries where both sides lie below LN_TINY: a probability under
+    the smallest fp32 number is zero in any fp32 softmax, so an engine that returns log-probabilities gives
+    -inf there, and no fp32 computation tells those entries apart."""
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(lp - reference_lp)
+    diff = np.where((lp <= LN_TINY) & (reference_lp <= LN_TINY), 0.0, diff)
     if mask is not None:
         diff = np.where(mask, diff, 0.0)
     t, v = np.unravel_index(int(np.argmax(diff)), diff.shape)
@@ -108,7 +114,8 @@ def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = No
 
 
 def _nonfinite(*arrays) -> int:
-    return int(sum(np.size(a) - np.isfinite(a).sum() for a in arrays))
+    """NaN and +inf entries; -inf is a log-probability's zero and is judged by the comparison (``error``)."""
+    return int(sum(np.isnan(a).sum() + np.isposinf(a).sum() for a in arrays))
 
 
 def _row(cap: str, c, verdict: str, applied: Error | None, ignored: Error | None, tol: float, **extra) -> dict:
@@ -260,8 +267,27 @@ def _own_cap_row(capped: np.ndarray, c: float, same: float, reference, k: int, u
     return _row("final", c, "ignores the folder's caps", applied, ignored, tol, hint=hint)
 
 
+def _final_from_logprobs(capped: np.ndarray, c: float, reference, k: int, unit: float, once: float) -> dict:
+    """The final cap of an engine that returns log-probabilities, not logits: its own pre-cap a is unknown (a
+    log-softmax loses the shift, and c·tanh(a/c) depends on it), so its capped run is judged against
+    transformers' capped and final-off models, at the whole model's tolerance."""
+    if _nonfinite(capped):
+        return _row("final", c, "not finite", None, None, 0.0, hint=f"{_nonfinite(capped)} non-finite log-probs")
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    lp = log_probs(capped)
+    mask = top(lp, k)
+    applied = error(lp, log_probs(reference.logits["capped"]), mask)
+    ignored = error(lp, log_probs(reference.logits["final off"]), mask)
+    said = "log-probabilities only: judged against transformers' capped and uncapped models, not its own a"
+    if applied.value <= tol:
+        return _row("final", c, "applied", applied, ignored, tol, hint=said)
+    if ignored.value <= tol:
+        return _row("final", c, "ignored", applied, ignored, tol, hint=said)
+    return _row("final", c, "different", applied, ignored, tol, hint=said)
+
+
 def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, unit: float = FP32,
-             failed: dict | None = None) -> list[dict]:
+             failed: dict | None = None, output: str = "logits") -> list[dict]:
     """Both caps' rows for one engine's logits {"capped": ..., "final off": ...}, each with the engine's
     largest |logit| (a capped model's never exceed c). ``failed`` names the variants the engine could not run,
     with their reasons: the rows that need them say so, the others are judged."""
@@ -282,13 +308,16 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
         final = _failed("final", caps["final"], "capped" if capped is None else "final off", failed)
     elif same is not None:
         final = _own_cap_row(capped, caps["final"], same, reference, k, unit, once)
+    elif output == "logprobs" and caps["final"] is not None:
+        final = _final_from_logprobs(capped, caps["final"], reference, k, unit, once)
     else:
         final = final_verdict(capped, final_off, caps["final"], reference, k, unit, once)
     rows = [attention, final]
     if "uncapped" in failed and attention["verdict"] == "unused by transformers":
         attention["hint"] += f"; the folder without any cap could not run: {failed['uncapped']}"
     shown = capped if capped is not None else final_off
-    largest = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else None
+    finite = np.abs(shown[np.isfinite(shown)])
+    largest = None if output == "logprobs" or not finite.size else float(finite.max())
     for row in rows:
         row.update(max_logit=largest, top_k=k)
     return rows
