@@ -81,13 +81,24 @@ def test_an_own_cap_without_the_attention_cap_is_named_on_both(capped):
     assert rows["attention"]["verdict"] == "ignored"
 
 
-def test_a_variant_the_engine_could_not_run_is_said_on_the_rows_that_need_it(capped):
+def test_without_the_final_off_run_both_caps_are_judged_against_the_reference(capped):
     _, reference = capped
-    failed = {"final off": "RuntimeError: no config without the cap"}
+    failed = {"final off": "TypeError: unsupported operand type(s) for /: 'float' and 'NoneType'"}
     rows = {r["cap"]: r for r in verdict.verdicts({"capped": reference.logits["capped"]}, reference, failed=failed)}
-    assert {r["verdict"] for r in rows.values()} == {"could not run"}
-    assert rows["final"]["hint"] == "the folder without its final cap: RuntimeError: no config without the cap"
-    assert rows["attention"]["max_logit"] == pytest.approx(float(np.abs(reference.logits["capped"]).max()))
+    assert rows["attention"]["verdict"] == "applied" and rows["final"]["verdict"] == "applied"
+    assert rows["final"]["hint"].startswith("the folder without its final cap could not run (TypeError")
+    dropped = {r["cap"]: r for r in verdict.verdicts({"capped": reference.logits["attention off"]}, reference,
+                                                      failed=failed)}
+    assert dropped["attention"]["verdict"] == "ignored" and dropped["final"]["verdict"] == "applied"
+
+
+def test_without_the_capped_run_the_final_cap_says_why(capped):
+    _, reference = capped
+    failed = {"capped": "RuntimeError: no converter"}
+    rows = {r["cap"]: r for r in verdict.verdicts({"final off": reference.logits["final off"]}, reference,
+                                                   failed=failed)}
+    assert rows["final"]["verdict"] == "could not run" and rows["attention"]["verdict"] == "applied"
+    assert rows["final"]["hint"] == "the folder as it is: RuntimeError: no converter"
 
 
 def test_dropped_attention_cap_is_ignored(capped):
@@ -261,3 +272,23 @@ def test_minus_infinity_where_the_reference_is_representable_is_an_error(capped)
     assert verdict.error(broken, lp).value == np.inf
     assert verdict.error(_as_fp32_logprobs(reference.logits["final off"]),
                          verdict.log_probs(reference.logits["final off"])).value < 1e-12
+
+
+def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
+    from softcapgrad.engines import parity
+
+    model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the local layer's window binds
+    reference = ref.reference(model, ids, ref.bind(model, ids))
+    reference.alternatives.update(parity.window_alternatives(model, ids))
+    assert model.config.sliding_window == 4  # restored
+    both = reference.alternatives["the sliding window and the attention cap both dropped"]
+    rows = _rows(reference, verdict.exact_cap(both, 30.0), both)
+    assert rows["attention"]["verdict"] == "different"
+    assert rows["attention"]["hint"].startswith("closest to the sliding window and the attention cap both dropped")
+    assert rows["final"]["verdict"] == "applied"
+    assert np.abs(both - reference.logits["uncapped"]).max() > 1.0  # the window changes the logits
+    # judged on its capped run alone (the folder without the final cap failed): the final cap beside that form
+    kept = reference.alternatives[verdict.CAPPED + "the sliding window not applied"]
+    alone = {r["cap"]: r for r in verdict.verdicts({"capped": kept}, reference, failed={"final off": "TypeError"})}
+    assert alone["attention"]["fits"] == "the sliding window not applied"
+    assert alone["final"]["verdict"] == "applied" and alone["final"]["hint"].endswith("the sliding window not applied")

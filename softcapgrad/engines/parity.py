@@ -43,11 +43,40 @@ def prepare(src, seq_len: int, seed: int, work: Path):
     ids = audit.random_ids(src.config, 1, seq_len, seed).numpy().reshape(-1)
     scales = ref.bind(model, ids)
     reference = ref.reference(model, ids, scales)
+    if reference.alternatives:
+        reference.alternatives.update(window_alternatives(model, ids))
     runner.write_ids(work, ids)
     for variant in variants(reference):
         folder = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
         write_tokenizer(folder, model.config.to_dict())  # engines load a tokenizer beside the weights
     return reference
+
+
+WINDOWS = ("sliding_window", "attention_window_size")  # the config fields (and module attributes) of a local window
+
+
+def window_alternatives(model, ids) -> dict:
+    """What an engine that drops the local layers' sliding window computes, with and without the attention cap
+    (final cap off, as the attention check compares; and with it, for engines judged on their capped run):
+    the window set far beyond the inputs on the config and on every module that keeps its own copy, then
+    restored."""
+    import contextlib
+
+    saved = [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
+             if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
+    if not saved:
+        return {}
+    with contextlib.ExitStack() as restore:
+        restore.callback(lambda: [setattr(h, f, v) for h, f, v in saved])
+        for h, f, _ in saved:
+            setattr(h, f, 10 * ref.MAX_TOKENS)
+        forms = {"the sliding window not applied": ref.logits(model, ids, off=("final",)),
+                 "the sliding window and the attention cap both dropped": ref.logits(model, ids, off=ref.CAPS)}
+        if model.config.final_logit_softcapping is not None:  # the same with the final cap on (verdict.CAPPED)
+            forms[verdict.CAPPED + "the sliding window not applied"] = ref.logits(model, ids)
+            forms[verdict.CAPPED + "the sliding window and the attention cap both dropped"] = ref.logits(
+                model, ids, off=("attention",))
+        return forms
 
 
 def variants(reference) -> list[str]:

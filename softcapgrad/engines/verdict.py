@@ -39,6 +39,7 @@ import numpy as np
 K = 16
 FP32 = 2.0 ** -24
 MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
+CAPPED = "with the final cap: "  # an attention alternative computed with the final cap on (engines judged capped)
 LN_TINY = float(np.log(2.0 ** -149))  # log of the smallest fp32 subnormal: below it a probability is 0 in fp32
 
 
@@ -200,14 +201,25 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         return _row("attention", c, "applied", applied, ignored, tol, hint="", **extra)
     if ignored.value <= tol:
         return _row("attention", c, "ignored", applied, ignored, tol, hint="", **extra)
+    forms = _forms(reference.alternatives, against[0] != "final off")
     fits = []
-    for name, logits in (reference.alternatives.items() if against[0] == "final off" else ()):
+    for name, logits in forms.items():
         e = error(lp, log_probs(logits), mask).value
         if e <= MATCH * applied.value:
             fits.append((e, name))
     hint = (f"closest to {min(fits)[1]} ({min(fits)[0]:.2g})" if fits
-            else "matches none of: " + "; ".join(reference.alternatives))
+            else "matches none of: " + "; ".join(forms))
+    if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
+        extra["fits"] = min(fits)[1]
     return _row("attention", c, "different", applied, ignored, tol, hint=hint, **extra)
+
+
+def _forms(alternatives: dict, capped: bool) -> dict:
+    """The attention alternatives to compare: those computed with the final cap off, or (``capped``) those
+    computed with it on, named ``CAPPED + name``, the prefix left out."""
+    if not capped:
+        return {k: v for k, v in alternatives.items() if not k.startswith(CAPPED)}
+    return {k[len(CAPPED):]: v for k, v in alternatives.items() if k.startswith(CAPPED)}
 
 
 def _unused(final_off: np.ndarray, c: float, reference, once: float, bad: int, uncapped=None) -> dict:
@@ -267,18 +279,20 @@ def _own_cap_row(capped: np.ndarray, c: float, same: float, reference, k: int, u
     return _row("final", c, "ignores the folder's caps", applied, ignored, tol, hint=hint)
 
 
-def _final_from_logprobs(capped: np.ndarray, c: float, reference, k: int, unit: float, once: float) -> dict:
-    """The final cap of an engine that returns log-probabilities, not logits: its own pre-cap a is unknown (a
-    log-softmax loses the shift, and c·tanh(a/c) depends on it), so its capped run is judged against
-    transformers' capped and final-off models, at the whole model's tolerance."""
+def _final_from_reference(capped: np.ndarray, c: float, reference, k: int, unit: float, once: float,
+                          said: str, pair: tuple[str, str] = ("capped", "final off")) -> dict:
+    """The final cap where the engine's own pre-cap a is unknown: it returns log-probabilities (a log-softmax
+    loses the shift, and c·tanh(a/c) depends on it), or it could not run the folder without the cap. Its
+    capped run is judged against transformers' capped and final-off models (``pair``; without the attention
+    cap where the engine was found to drop it), at the whole model's tolerance."""
     if _nonfinite(capped):
         return _row("final", c, "not finite", None, None, 0.0, hint=f"{_nonfinite(capped)} non-finite log-probs")
     tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
     lp = log_probs(capped)
     mask = top(lp, k)
-    applied = error(lp, log_probs(reference.logits["capped"]), mask)
-    ignored = error(lp, log_probs(reference.logits["final off"]), mask)
-    said = "log-probabilities only: judged against transformers' capped and uncapped models, not its own a"
+    forms = {**reference.logits, **reference.alternatives}
+    applied = error(lp, log_probs(forms[pair[0]]), mask)
+    ignored = error(lp, log_probs(forms[pair[1]]), mask)
     if applied.value <= tol:
         return _row("final", c, "applied", applied, ignored, tol, hint=said)
     if ignored.value <= tol:
@@ -296,20 +310,31 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
     caps = reference.caps
     same = None if capped is None or final_off is None else keeps_own_final_cap(capped, final_off, reference, unit,
                                                                                  once)
-    if final_off is None:
+    if final_off is None and capped is None:
         attention = _failed("attention", caps["attention"], "final off", failed)
-    elif same is not None:
+    elif final_off is None or same is not None:
         attention = attention_verdict(capped, caps["attention"], reference, once, None, k, unit,
                                       against=("capped", "attention off"))
     else:
         attention = attention_verdict(final_off, caps["attention"], reference, once,
                                       outcome_logits.get("uncapped"), k, unit)
-    if capped is None or final_off is None:
-        final = _failed("final", caps["final"], "capped" if capped is None else "final off", failed)
+    if capped is None:
+        final = _failed("final", caps["final"], "capped", failed)
     elif same is not None:
         final = _own_cap_row(capped, caps["final"], same, reference, k, unit, once)
-    elif output == "logprobs" and caps["final"] is not None:
-        final = _final_from_logprobs(capped, caps["final"], reference, k, unit, once)
+    elif (final_off is None or output == "logprobs") and caps["final"] is not None:
+        said = ("log-probabilities only: judged against transformers' capped and uncapped models, not its own a"
+                if final_off is not None else
+                f"the folder without its final cap could not run ({failed.get('final off', 'no logits')}): "
+                "judged against transformers' capped and uncapped models")
+        pair = ("attention off", "uncapped") if attention["verdict"] == "ignored" else ("capped", "final off")
+        fits = attention.get("fits")
+        if fits and CAPPED + fits in reference.alternatives and fits in reference.alternatives:
+            pair = (CAPPED + fits, fits)  # upstream as the engine computes it, with and without the final cap
+            said += f", both as {fits}"
+        final = _final_from_reference(capped, caps["final"], reference, k, unit, once, said, pair)
+    elif final_off is None:
+        final = _row("final", None, "not set", None, None, 0.0, hint="")
     else:
         final = final_verdict(capped, final_off, caps["final"], reference, k, unit, once)
     rows = [attention, final]
