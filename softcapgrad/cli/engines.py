@@ -127,6 +127,7 @@ def parity(
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens of the random input.")] = 16,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the weights and token ids (default 0).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds each engine route may take, conversion included.")] = 300.0,
+    jobs: Annotated[int, typer.Option(help="Engine routes run at a time (each engine child uses one thread).")] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
     server: Annotated[Optional[str], typer.Option(
         "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead.")] = None,
@@ -150,6 +151,7 @@ def parity(
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
+            not_with({"--jobs": None if jobs == 1 else jobs}, "with --server")
             return _served(directory, server, server_model, engine, model_type, install, out, set_, seq_len, seed,
                            timeout)
         known = catalog.engines()
@@ -165,6 +167,7 @@ def parity(
         s = seed_in_range(seed)
         if not 1 <= timeout <= 3600:
             raise InputError(f"--timeout {timeout:g}: must lie in 1..3600 seconds")
+        j = bounded("--jobs", jobs, 1, 16)
         if out is not None:
             writable_folder(out, "--out")
         sources = []
@@ -185,7 +188,7 @@ def parity(
             total = sum(len(e.routes) for e in chosen) * len(sources)
             with runner.terminations(), progress.task("parity: engines", total) as advance:
                 for label, src in sources:
-                    results.append(run.measure(src, chosen, states, n, s, timeout, label, advance))
+                    results.append(run.measure(src, chosen, states, n, s, timeout, label, advance, j))
         finally:
             torch.set_num_threads(threads)
         params = {"model": str(directory) if directory else types, "set": set_ or [], "engines": names,

@@ -131,21 +131,31 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> t
 
 
 def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: float, label: str,
-            advance=None) -> Parity:
-    """Every route of every engine on one model; ``states`` maps an environment to its State (None: absent)."""
+            advance=None, jobs: int = 1) -> Parity:
+    """Every route of every engine on one model; ``states`` maps an environment to its State (None: absent).
+    ``jobs`` routes run at a time (each engine child is one thread); the rows come in catalog order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     with tempfile.TemporaryDirectory(prefix="softcapgrad-parity-") as tmp:
         work = Path(tmp)
         reference = prepare(src, seq_len, seed, work)
         result = Parity(label, reference)
-        for engine in engines:
-            for route in engine.routes:
-                rows, info = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout)
-                for row in rows:
-                    row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]))
-                result.rows.extend(rows)
-                result.engines.append({**info, "model": label})
-                if advance:
-                    advance()
+        pairs = [(engine, route) for engine in engines for route in engine.routes]
+
+        def one(pair):
+            engine, route = pair
+            done = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout)
+            if advance:
+                advance()
+            return done
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            outcomes = list(pool.map(one, pairs))
+        for (engine, route), (rows, info) in zip(pairs, outcomes):
+            for row in rows:
+                row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]))
+            result.rows.extend(rows)
+            result.engines.append({**info, "model": label})
     return result
 
 
