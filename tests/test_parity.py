@@ -292,3 +292,21 @@ def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
     alone = {r["cap"]: r for r in verdict.verdicts({"capped": kept}, reference, failed={"final off": "TypeError"})}
     assert alone["attention"]["fits"] == "the sliding window not applied"
     assert alone["final"]["verdict"] == "applied" and alone["final"]["hint"].endswith("the sliding window not applied")
+
+
+def test_caps_swapped_and_the_final_cap_on_the_hidden_state_are_named(capped):
+    from softcapgrad.engines import parity
+
+    model, reference = capped
+    reference.final_alternatives.update(parity.swapped_alternatives(model, reference.ids))
+    assert model.config.final_logit_softcapping == 30.0  # restored
+    both = reference.final_alternatives[verdict.SWAPPED + ", the final cap on the final hidden state"]
+    own = {r["cap"]: r for r in verdict.verdicts({"capped": both, "final off": both}, reference)}
+    assert own["final"]["verdict"] == "ignores the folder's caps"
+    assert own["attention"]["verdict"] == "different" and own["attention"]["hint"].startswith(
+        "matches the two caps' values swapped, the final cap on the final hidden state")
+    hidden = reference.final_alternatives["the cap applied to the final hidden state before the output projection"]
+    alone = {r["cap"]: r for r in verdict.verdicts({"capped": hidden}, reference, failed={"final off": "TypeError"})}
+    assert alone["attention"]["verdict"] == "applied"
+    assert alone["final"]["verdict"] == "different" and alone["final"]["hint"].startswith(
+        "matches the cap applied to the final hidden state")

@@ -17,6 +17,8 @@ BAD = tuple(VERBS)
 
 def _fix(rows: list[dict], bad: dict) -> str:
     """The route of the same engine that keeps this cap, as the setting to change."""
+    if bad["verdict"] == "ignores the folder's caps":
+        return "the cap is set in the engine's own model config, whatever the folder says"
     keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
              and r["cap"] == bad["cap"] and r["verdict"] == "applied"]
     return f"route {keeps[0]} keeps it" if keeps else "no route of it tried here keeps it"

@@ -45,6 +45,7 @@ def prepare(src, seq_len: int, seed: int, work: Path):
     reference = ref.reference(model, ids, scales)
     if reference.alternatives:
         reference.alternatives.update(window_alternatives(model, ids))
+        reference.final_alternatives.update(swapped_alternatives(model, ids))
     runner.write_ids(work, ids)
     for variant in variants(reference):
         folder = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
@@ -77,6 +78,27 @@ def window_alternatives(model, ids) -> dict:
             forms[verdict.CAPPED + "the sliding window and the attention cap both dropped"] = ref.logits(
                 model, ids, off=("attention",))
         return forms
+
+
+def swapped_alternatives(model, ids) -> dict:
+    """The model with the two caps' values exchanged (the attention cap at the final cap's value and the reverse),
+    as a library that maps the fields the other way round computes it, with the final cap on the logits and on the
+    final hidden state before the output projection (names start with ``verdict.SWAPPED``)."""
+    attention = [m for m in model.modules() if getattr(m, "attn_logit_softcapping", None) is not None]
+    c_final = model.config.final_logit_softcapping
+    if not attention or c_final is None:
+        return {}
+    c_attention = attention[0].attn_logit_softcapping
+    try:
+        for m in attention:
+            m.attn_logit_softcapping = c_final
+        model.config.final_logit_softcapping = c_attention
+        return {verdict.SWAPPED: ref.logits(model, ids),
+                verdict.SWAPPED + ", the final cap on the final hidden state": ref.hidden_capped(model, ids)}
+    finally:
+        for m in attention:
+            m.attn_logit_softcapping = c_attention
+        model.config.final_logit_softcapping = c_final
 
 
 def variants(reference) -> list[str]:

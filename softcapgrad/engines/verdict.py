@@ -39,6 +39,7 @@ import numpy as np
 K = 16
 FP32 = 2.0 ** -24
 MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
+SWAPPED = "the two caps' values swapped"  # a whole-model form that alters the attention cap as well
 CAPPED = "with the final cap: "  # an attention alternative computed with the final cap on (engines judged capped)
 LN_TINY = float(np.log(2.0 ** -149))  # log of the smallest fp32 subnormal: below it a probability is 0 in fp32
 
@@ -337,6 +338,9 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
         final = _row("final", None, "not set", None, None, 0.0, hint="")
     else:
         final = final_verdict(capped, final_off, caps["final"], reference, k, unit, once)
+    if capped is not None and final["verdict"] in ("ignores the folder's caps", "different") and (
+            same is not None or final_off is None or output == "logprobs"):
+        _whole_form(capped, attention, final, reference, k, unit, once)
     rows = [attention, final]
     if "uncapped" in failed and attention["verdict"] == "unused by transformers":
         attention["hint"] += f"; the folder without any cap could not run: {failed['uncapped']}"
@@ -346,6 +350,29 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
     for row in rows:
         row.update(max_logit=largest, top_k=k)
     return rows
+
+
+def _whole_form(capped: np.ndarray, attention: dict, final: dict, reference, k: int, unit: float,
+                once: float) -> None:
+    """Where an engine's capped run alone is judged and differs from transformers: the named whole-model form
+    (the final cap on another tensor, the two caps' values swapped) it matches at the model's tolerance, said
+    on both rows; a form that keeps the attention cap makes the attention row applied."""
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    lp = log_probs(capped)
+    mask = top(lp, k)
+    fits = sorted((error(lp, log_probs(v), mask).value, name) for name, v in reference.final_alternatives.items())
+    if not fits or fits[0][0] > tol or final["verdict"] == "applied":
+        return
+    e, name = fits[0]
+    said = f"matches {name} ({e:.2g})"
+    final["hint"] = said if final["verdict"] == "different" else f"{final['hint']}; {said}"
+    if attention["c"] is None or attention["verdict"] in ("not set", "unused by transformers"):
+        return
+    if name.startswith(SWAPPED):
+        attention.update(verdict="different", hint=said)
+    elif attention["verdict"] == "different":
+        attention.update(verdict="applied", error=e,
+                         hint=f"judged with the final cap as the engine computes it: {said}")
 
 
 def _failed(cap: str, c, variant: str, failed: dict) -> dict:
