@@ -310,3 +310,17 @@ def test_caps_swapped_and_the_final_cap_on_the_hidden_state_are_named(capped):
     assert alone["attention"]["verdict"] == "applied"
     assert alone["final"]["verdict"] == "different" and alone["final"]["hint"].startswith(
         "matches the cap applied to the final hidden state")
+
+
+def test_a_bf16_row_whose_bound_spans_the_cap_is_judged_by_the_nearer_reference(capped):
+    _, reference = capped
+    bf16 = lambda z: verdict._round(z, "bf16")  # noqa: E731 -- each logit rounded once to bf16
+    rows = {r["cap"]: r for r in verdict.verdicts(
+        {"capped": bf16(reference.logits["capped"]), "final off": bf16(reference.logits["final off"])}, reference,
+        k=8, unit=2.0 ** -8)}
+    assert rows["attention"]["tolerance"] * 10 > rows["attention"]["separation"]  # the γ_n bound alone: not bound
+    assert rows["attention"]["verdict"] == "applied" and "10 times nearer" in rows["attention"]["hint"]
+    dropped = {r["cap"]: r for r in verdict.verdicts(
+        {"capped": bf16(verdict.exact_cap(reference.logits["uncapped"], 30.0)),
+         "final off": bf16(reference.logits["uncapped"])}, reference, k=8, unit=2.0 ** -8)}
+    assert dropped["attention"]["verdict"] == "ignored"

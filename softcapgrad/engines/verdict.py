@@ -38,6 +38,7 @@ import numpy as np
 
 K = 16
 FP32 = 2.0 ** -24
+RATIO = 10.0  # a low-precision row nearer one reference by this factor is judged by it (as a server's answer is)
 MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
 SWAPPED = "the two caps' values swapped"  # a whole-model form that alters the attention cap as well
 CAPPED = "with the final cap: "  # an attention alternative computed with the final cap on (engines judged capped)
@@ -195,6 +196,16 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     applied, ignored = error(lp, log_probs(on), mask), error(lp, log_probs(off), mask)
     separation = error(log_probs(on), log_probs(off), mask).value
     extra = {"separation": separation}
+    if separation <= 10 * tol and unit > FP32 and separation > 10 * tolerance(FP32, float(np.abs(on).max()),
+                                                                              reference.width, once):
+        # the worst-case bound of a low precision spans the cap's effect, which fp32 tells apart: which
+        # reference the engine is nearer to, by the factor a server's answer is judged by
+        said = (f"the worst-case rounding bound of this precision ({tol:.3g}) exceeds a tenth of the cap's effect "
+                f"({separation:.3g}): judged by which reference is {RATIO:g} times nearer")
+        if applied.value * RATIO < ignored.value:
+            return _row("attention", c, "applied", applied, ignored, tol, hint=said, **extra)
+        if ignored.value * RATIO < applied.value:
+            return _row("attention", c, "ignored", applied, ignored, tol, hint=said, **extra)
     if separation <= 10 * tol:
         return _row("attention", c, "not bound", applied, ignored, tol,
                     hint="on these inputs the reference cannot tell the cap from its absence", **extra)
