@@ -42,7 +42,8 @@ def _answer(results) -> tuple[str, ...]:
     bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD],
                    lambda r: f"matched '{r['fits']}' on" if r.get("fits") else VERBS[r["verdict"]] + (
                        " (" + r["hint"] + ")" if r["verdict"] == "different" and
-                       r.get("hint", "").startswith(("matches ", "closest to ")) else ""))
+                       r.get("hint", "").startswith(("matches ", "closest to ")) and
+                       not r["hint"].startswith("matches none") else ""))
     bad += [f"{r['engine']} ({r['route']}) applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})

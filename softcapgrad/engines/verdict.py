@@ -206,6 +206,10 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
             return _row("attention", c, "applied", applied, ignored, tol, hint=said, **extra)
         if ignored.value * RATIO < applied.value:
             return _row("attention", c, "ignored", applied, ignored, tol, hint=said, **extra)
+        return _row("attention", c, "not bound", applied, ignored, tol, **extra,
+                    hint=f"in this precision neither reference is {RATIO:g} times nearer ({applied.value:.3g} from "
+                         f"the capped, {ignored.value:.3g} from the uncapped); its worst-case rounding bound "
+                         f"({tol:.3g}) spans the cap's effect ({separation:.3g})")
     if separation <= 10 * tol:
         return _row("attention", c, "not bound", applied, ignored, tol,
                     hint="on these inputs the reference cannot tell the cap from its absence", **extra)
