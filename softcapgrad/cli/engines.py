@@ -127,7 +127,7 @@ def parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import writable_folder, write_atomic
-        from softcapgrad.engines import catalog, parity as run, reference, runner
+        from softcapgrad.engines import catalog, modeltypes, parity as run, reference, runner
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
@@ -152,7 +152,7 @@ def parity(
         if directory is not None:
             sources.append((str(directory), audit.source(directory, None, set_ or [])))
         for t in types:
-            sources.append((t, audit.source(None, t, reference.tiny_sets(t) + (set_ or []))))
+            sources.append((t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t) + (set_ or []))))
         for _, src in sources:
             reference.check(src.config)
         states = _plan(names, [src.config.model_type for _, src in sources], explicit, install)
