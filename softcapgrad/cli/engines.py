@@ -100,7 +100,8 @@ def parity(
     directory: Annotated[Optional[Path], typer.Argument(help="A local model directory (config.json, safetensors "
                                                              "weights; never downloaded).")] = None,
     model_type: Annotated[Optional[list[str]], typer.Option(
-        "--model-type", help="A capped model type, built tiny (repeatable; default gemma2, caps 30 and 50).")] = None,
+        "--model-type", help="A capped model type, built tiny, or gemma3_text+attention (repeatable; default gemma2, "
+                              "caps 30 and 50; docs/engines.md lists them).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Config field KEY=VALUE (repeatable).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
         "--engine", help="An engine (softcapgrad engines lists them), or all (repeatable; default all).")] = None,
@@ -140,6 +141,8 @@ def parity(
             not_with({"--model-type": model_type}, "with a model directory")
         types = [] if directory is not None else list(dict.fromkeys(model_type or ["gemma2"]))
         for t in types:
+            if t in dict(reference.NOT_YET):
+                raise InputError(f"--model-type {t}: parity does not build it: {dict(reference.NOT_YET)[t]}")
             if t not in reference.SUPPORTED:
                 raise InputError(f"--model-type {t}: parity runs {', '.join(reference.SUPPORTED)}")
         n = bounded("--seq-len", seq_len, 2, 512)

@@ -37,28 +37,37 @@ LABELS = {  # label -> (model type, caps set); where the attention cap is applie
     "beam": ("beam", ("final",)),
     "xlstm": ("xlstm", ("final",)),
     "inkling2_text": ("inkling2_text", ("final",)),
+    "inkling2_loop_text": ("inkling2_loop_text", ("final",)),
 }
-NOTES = {  # label -> what the final-cap-only rows leave out
-    "xlstm": "its gate cap (gate_soft_cap, inside the mLSTM gates) stays on in every variant; only the final "
-             "cap is judged",
-    "inkling2_text": "its MLP caps (mlp_gate_softcap, mlp_up_softcap) stay on in every variant; only the final "
-                     "cap is judged",
-    "recurrent_gemma": "no attention cap; its local attention window is attention_window_size",
+NOTES = {  # label -> what its rows leave out, a sentence of the results
+    "xlstm": "Its gate cap (gate_soft_cap, inside the mLSTM gates) stays on in every variant: only the final cap "
+             "is judged",
+    "inkling2_text": "Its MLP caps (mlp_gate_softcap, mlp_up_softcap) stay on in every variant: only the final cap "
+                     "is judged",
+    "inkling2_loop_text": "Its MLP caps (mlp_gate_softcap, mlp_up_softcap) stay on in every variant: only the final "
+                          "cap is judged",
+    "recurrent_gemma": "It has no attention cap; its local attention window is attention_window_size",
 }
 NOT_YET = (  # capped types the census finds that parity does not build, with what stopped each (measured)
-    ("t5gemma", "an encoder-decoder: T5GemmaForConditionalGeneration needs decoder input ids beside the input "
-                "ids, which the causal reference and every engine's causal route here do not feed"),
-    ("paligemma", "image and text in: its causal language model is Gemma 2 (text_config), which parity builds "
-                  "as gemma2; the image path is not fed here"),
+    ("t5gemma", "an encoder-decoder: T5GemmaForConditionalGeneration fed the token ids alone refuses (\"You must "
+                "specify exactly one of input_ids or inputs_embeds\", its decoder's), and AutoModelForCausalLM, "
+                "the engines' causal loader here, has no t5gemma entry"),
+    ("paligemma", "image and text in: PaliGemmaForConditionalGeneration runs on token ids alone, but "
+                  "AutoModelForCausalLM, the engines' causal loader here, has no paligemma entry; its language "
+                  "model is Gemma 2 (text_config), whose caps parity checks as gemma2"),
     ("laguna", "its only cap is the MoE router's (moe_router_logit_softcapping, 0 = off as shipped): neither "
                "an attention nor a final cap"),
     ("mistral_large4_text", "MistralLarge4TextModel has no language-model head: the final cap is applied by "
-                            "MistralLarge4ForConditionalGeneration (image and text)"),
+                            "MistralLarge4ForConditionalGeneration (image and text), for which AutoModelForCausalLM "
+                            "has no entry"),
     ("muse_spark_text", "MuseSparkTextModel has no language-model head: the final cap is applied by "
-                        "MuseSparkForConditionalGeneration (image and text)"),
+                        "MuseSparkForConditionalGeneration (image and text), for which AutoModelForCausalLM has no "
+                        "entry"),
     ("muse_glimmer_text", "MuseGlimmerTextModel has no language-model head: the final cap is applied by "
-                          "MuseGlimmerForConditionalGeneration (image and text)"),
-    ("inkling2_loop_text", "not tried: the looped variant of inkling2_text, which parity builds"),
+                          "MuseGlimmerForConditionalGeneration (image and text), for which AutoModelForCausalLM has "
+                          "no entry"),
+    ("diffusion_gemma", "a block-diffusion model (DiffusionGemmaForBlockDiffusion), not causal: "
+                        "AutoModelForCausalLM has no entry for it"),
 )
 
 
@@ -85,7 +94,7 @@ def caps_of(config) -> dict[str, float | None]:
     return out
 
 
-NUMERIC_OFF = ("inkling2_text",)  # its model reads the final cap once, into a module that divides by it: not None
+NUMERIC_OFF = ("inkling2_text", "inkling2_loop_text")  # its model reads the final cap once, into a module that divides by it: not None
 
 
 def off_value(config, cap: str):
