@@ -13,7 +13,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-PARITY_TYPES := gemma2 gemma3_text vaultgemma
+PARITY_TYPES := gemma2 gemma3_text gemma3_text+attention vaultgemma gemma3n_text gemma4_text gemma4_unified_text \
+	recurrent_gemma nanochat beam xlstm inkling2_text inkling2_loop_text
 
 .PHONY: install reproduce test bench census experiment parity clean
 

@@ -53,7 +53,7 @@ def _forced(folder: Path, ids: np.ndarray) -> np.ndarray:
 
 
 def _inputs(work: Path) -> np.ndarray:
-    parity.prepare(audit.source(None, "gemma3_text", ref.tiny_sets("gemma3_text")), TOKENS, 0, work)
+    parity.prepare(audit.source(None, "gemma3_text", ref.tiny_sets("gemma3_text+attention")), TOKENS, 0, work)
     shutil.copytree(work / "final-off", work / "keras-pattern")
     path = work / "keras-pattern" / "config.json"
     config = json.loads(path.read_text(encoding="utf-8"))

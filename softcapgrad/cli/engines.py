@@ -122,7 +122,8 @@ def parity(
     directory: Annotated[Optional[Path], typer.Argument(help="A local model directory (config.json, safetensors "
                                                              "weights; never downloaded).")] = None,
     model_type: Annotated[Optional[list[str]], typer.Option(
-        "--model-type", help="A capped model type, built tiny (repeatable; default gemma2, caps 30 and 50).")] = None,
+        "--model-type", help="A capped model type, built tiny, or gemma3_text+attention (repeatable; default gemma2, "
+                              "caps 30 and 50; docs/engines.md lists them).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Config field KEY=VALUE (repeatable).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
         "--engine", help="An engine (softcapgrad engines lists them), or all (repeatable; default all).")] = None,
@@ -150,7 +151,7 @@ def parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import writable_folder, write_atomic
-        from softcapgrad.engines import catalog, parity as run, reference, runner
+        from softcapgrad.engines import catalog, modeltypes, parity as run, reference, runner
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
@@ -164,6 +165,8 @@ def parity(
             not_with({"--model-type": model_type}, "with a model directory")
         types = [] if directory is not None else list(dict.fromkeys(model_type or ["gemma2"]))
         for t in types:
+            if t in dict(reference.NOT_YET):
+                raise InputError(f"--model-type {t}: parity does not build it: {dict(reference.NOT_YET)[t]}")
             if t not in reference.SUPPORTED:
                 raise InputError(f"--model-type {t}: parity runs {', '.join(reference.SUPPORTED)}")
         n = bounded("--seq-len", seq_len, 2, 512)
@@ -177,7 +180,7 @@ def parity(
         if directory is not None:
             sources.append((str(directory), audit.source(directory, None, set_ or [])))
         for t in types:
-            sources.append((t, audit.source(None, t, reference.tiny_sets(t) + (set_ or []))))
+            sources.append((t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t) + (set_ or []))))
         for _, src in sources:
             reference.check(src.config)
         states = _plan(names, [src.config.model_type for _, src in sources], explicit, install)

@@ -17,7 +17,7 @@ import numpy as np
 
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
-from softcapgrad.engines import catalog, runner, verdict
+from softcapgrad.engines import catalog, modeltypes, runner, verdict
 from softcapgrad.engines.vocabulary import write_tokenizer
 
 FOLDERS = {"capped": "capped", "final off": "final-off", "uncapped": "uncapped"}  # variant -> folder name
@@ -200,7 +200,7 @@ def as_dict(results: list[Parity]) -> dict:
     return _clean({
         "models": [{"model": r.model, "caps": r.reference.caps, "reach": r.reference.reach,
                     "tokens": int(r.reference.ids.size), "vocabulary": int(r.reference.logits["capped"].shape[1]),
-                    "scales": r.reference.scales} for r in results],
+                    "scales": r.reference.scales, "note": modeltypes.NOTES.get(r.model, "")} for r in results],
         "rows": [row for r in results for row in r.rows],
         "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
         "not_measured": not_here(),
@@ -221,7 +221,8 @@ def markdown(results: list[Parity], answer: tuple[str, ...]) -> str:
     for r in results:
         reach = ", ".join(f"{k} {v:.3g}" for k, v in r.reference.reach.items() if v is not None)
         lines += [f"## {r.model}", "", f"caps {r.reference.caps}; largest |a/c| reached: {reach}; "
-                  f"{r.reference.ids.size} tokens, full vocabulary of {r.reference.logits['capped'].shape[1]}.", "",
+                  f"{r.reference.ids.size} tokens, full vocabulary of {r.reference.logits['capped'].shape[1]}."
+                  + (f" {modeltypes.NOTES[r.model]}." if r.model in modeltypes.NOTES else ""), "",
                   "| engine | route | cap | verdict | largest \\|logit\\| | log-prob error | to uncapped | tolerance "
                   "| where | note |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

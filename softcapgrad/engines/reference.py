@@ -2,12 +2,16 @@
 
 Weights are scaled so that every cap binds on random token ids: each layer's queries (its query
 projection, or the query norm's gain where a norm follows the projection) so that the largest
-|a/c| of its attention scores reaches ``TARGET``, then the final norm's gain so that the final
-logits do. Both are linear in the scaled weight, so one measurement per site sets the scale.
-Gemma norms multiply by (1 + w): a gain K is w -> K(1 + w) - 1.
+|a/c| of its attention scores reaches ``TARGET``, then the final logits do: through the output
+projection where it is not tied to the input embeddings (nanochat's final norm has no gain), else
+the final norm's gain. Each is linear in the scaled weight, so one measurement per site sets the
+scale. Gemma norms multiply by (1 + w), others by w (measured on the norm with w = 0): a gain K is
+w -> K(1 + w) - 1 or w -> K w.
 
 The attention cap is read and, for the planted failures, replaced inside the model's own modeling
-module: its ``eager_attention_forward`` is wrapped for the duration of one forward.
+module: its ``eager_attention_forward`` is wrapped for the duration of one forward. Model types
+whose attention is not there (xLSTM) or that have no attention cap field have their final cap only.
+Which field holds each cap, and how it is switched off, is engines/modeltypes.py's.
 """
 
 from __future__ import annotations
@@ -21,19 +25,11 @@ from typing import Callable
 import numpy as np
 
 from softcapgrad.core.checks import InputError
+from softcapgrad.engines import modeltypes as types
 
-SUPPORTED = ("gemma2", "gemma3_text", "vaultgemma")  # causal models whose caps sit in eager_attention_forward and the LM head
-NOT_YET = (  # capped types the census finds that parity does not build yet, with what stopped each (measured)
-    ("gemma3n_text", "its config validates final_logit_softcapping as a float: the variant without the cap "
-                     "cannot be written as None"),
-    ("nanochat", "its RMSNorm has no weight: the scaling that makes the final cap bind has no gain to set"),
-    ("recurrent_gemma", "its config has no sliding_window field (its window is attention_window_size): "
-                        "the tiny build refused it"),
-    ("t5gemma", "not tried: an encoder-decoder, which the causal reference here does not build"),
-    ("paligemma", "not tried: image and text in, where the reference here feeds token ids only"),
-)
+SUPPORTED = tuple(types.LABELS)  # labels of causal models parity builds (engines/modeltypes.py)
+NOT_YET = types.NOT_YET
 CAPS = ("attention", "final")
-FIELD = {"attention": "attn_logit_softcapping", "final": "final_logit_softcapping"}
 TARGET = 4.0  # largest |a/c| the inputs are scaled to reach at every cap: tanh(4) = 0.99933, well past the knee
 PARAMETER_LIMIT = 50_000_000  # each engine converts and runs the model in 30 s on a CPU core: tiny models only
 MAX_TOKENS = 512
@@ -42,24 +38,9 @@ VARIANTS = {"capped": (), "attention off": ("attention",), "final off": ("final"
 CapFn = Callable  # (scores tensor, c) -> capped scores
 
 
-WINDOW = 8  # the tiny configs' sliding window: shorter than the default 16 tokens, so the local layers' window binds
-
-
-def tiny_sets(model_type: str) -> list[str]:
-    """The --set fields of the tiny model parity builds for ``model_type``: both caps, a short sliding window,
-    and the query scale the engines derive from the head size."""
-    from transformers import CONFIG_MAPPING
-
-    from softcapgrad.models.tiny import HEAD_DIM
-
-    fields = {"query_pre_attn_scalar": HEAD_DIM, "final_logit_softcapping": 30, "attn_logit_softcapping": 50,
-              "sliding_window": WINDOW, "attention_window_size": WINDOW}
-    defaults = CONFIG_MAPPING[model_type]()
-    return [f"{k}={v}" for k, v in fields.items() if hasattr(defaults, k)]
-
-
-def caps_of(config) -> dict[str, float | None]:
-    return {cap: getattr(config, FIELD[cap], None) for cap in CAPS}
+WINDOW = types.WINDOW
+tiny_sets = types.tiny_sets
+caps_of = types.caps_of
 
 
 def check(config) -> None:
@@ -67,16 +48,17 @@ def check(config) -> None:
     from softcapgrad.models.tiny import parameters_estimate
 
     kind = getattr(config, "model_type", "?")
-    if kind not in SUPPORTED:
+    if kind not in {types.model_type(label) for label in SUPPORTED}:
         raise InputError(f"parity runs {', '.join(SUPPORTED)} (their caps are where the engines look for them); "
                          f"this model is {kind}")
     caps = caps_of(config)
     if all(v is None for v in caps.values()):
-        raise InputError(f"this {kind} model has no soft-cap set: give --set final_logit_softcapping=30 "
-                         "--set attn_logit_softcapping=50")
+        fields = [f"--set {types.field(config, cap)}={types.DEFAULT_CAP[cap]}" for cap in CAPS
+                  if types.field(config, cap)]
+        raise InputError(f"this {kind} model has no soft-cap set: give {' '.join(fields)}")
     for cap, value in caps.items():
         if value is not None and not (isinstance(value, (int, float)) and 1e-3 <= float(value) <= 1e4):
-            raise InputError(f"{FIELD[cap]} {value!r}: a parity check needs a cap in [0.001, 10000]")
+            raise InputError(f"{types.field(config, cap)} {value!r}: a parity check needs a cap in [0.001, 10000]")
     n = parameters_estimate(config)
     if n > PARAMETER_LIMIT:
         raise InputError(f"this configuration would hold about {n:.3g} parameters; parity converts the model once per "
@@ -117,10 +99,14 @@ def tanh_cap(scores, c: float):
 @contextlib.contextmanager
 def attention_patch(model, seen: dict | None = None, cap_fn: CapFn | None = None, force: bool = False):
     """For the duration: the largest |a/c| of each layer's scores into ``seen``; ``cap_fn`` replaces the cap;
-    ``force`` applies it where the config sets a cap that transformers' code does not pass (dead config)."""
+    ``force`` applies it where the config sets a cap that transformers' code does not pass (dead config).
+    A model whose attention is not the module's ``eager_attention_forward`` (xLSTM) runs as it is."""
     import torch
 
     module = _modeling(model)
+    if not hasattr(module, "eager_attention_forward"):
+        yield
+        return
     original = module.eager_attention_forward
     repeat = getattr(module, "repeat_kv")
 
@@ -154,19 +140,27 @@ def attention_patch(model, seen: dict | None = None, cap_fn: CapFn | None = None
 
 @contextlib.contextmanager
 def caps_off(model, off):
-    """The named caps switched off (their field None in the config and in each attention module)."""
-    saved_final = model.config.final_logit_softcapping
+    """The named caps switched off (their field None, or the type's off value, in the config and in each
+    attention module)."""
+    final = types.field(model.config, "final")
+    saved_final = getattr(model.config, final)
     layers = [m for m in model.modules() if hasattr(m, "attn_logit_softcapping")]
     saved_attn = [m.attn_logit_softcapping for m in layers]
+    held = getattr(model, "logit_softcap", None)  # a module that read the final cap at init (Inkling 2)
+    saved_held = getattr(held, "softcap", None)
     try:
         if "final" in off:
-            model.config.final_logit_softcapping = None
+            setattr(model.config, final, types.off_value(model.config, "final"))
+            if held is not None:
+                held.softcap = types.OFF
         if "attention" in off:
             for m in layers:
                 m.attn_logit_softcapping = None
         yield
     finally:
-        model.config.final_logit_softcapping = saved_final
+        setattr(model.config, final, saved_final)
+        if held is not None:
+            held.softcap = saved_held
         for m, value in zip(layers, saved_attn):
             m.attn_logit_softcapping = value
 
@@ -180,7 +174,7 @@ def logits(model, ids: np.ndarray, off=(), cap_fn: CapFn | None = None, final_fn
     """
     import torch
 
-    c = model.config.final_logit_softcapping
+    c = caps_of(model.config)["final"]
     head = model.get_output_embeddings()
     handle = None
     if seen is not None and c is not None:
@@ -199,21 +193,66 @@ def logits(model, ids: np.ndarray, off=(), cap_fn: CapFn | None = None, final_fn
     return out.double().numpy()
 
 
-def _gain(norm, k: float) -> None:
-    """A Gemma norm's output times ``k``: it multiplies by (1 + w)."""
+def _plus_one(norm) -> bool:
+    """Whether the norm multiplies by (1 + w) (Gemma's) rather than by w: measured with w set to zero."""
     import torch
 
+    saved = norm.weight.detach().clone()
     with torch.no_grad():
-        norm.weight.copy_(k * (1 + norm.weight) - 1)
+        norm.weight.zero_()
+        out = norm(torch.ones(1, saved.shape[-1]))
+        norm.weight.copy_(saved)
+    return bool(out.abs().max() > 0)
+
+
+def _gain(norm, k: float) -> None:
+    """A norm's output times ``k``: w -> k(1 + w) - 1 where it multiplies by (1 + w), w -> k w where by w."""
+    import torch
+
+    plus_one = _plus_one(norm)
+    with torch.no_grad():
+        if plus_one:
+            norm.weight.copy_(k * (1 + norm.weight) - 1)
+        else:
+            norm.weight.mul_(k)
+
+
+def _final_site(model):
+    """What scales the logits: the output projection where it is not tied to the input embeddings, else the
+    final norm's gain (both are linear in the logits)."""
+    head = model.get_output_embeddings()
+    if head.weight is not model.get_input_embeddings().weight:
+        return "output projection", head
+    for name in ("norm", "final_norm", "out_norm"):
+        norm = getattr(model.base_model, name, None)
+        if norm is not None and getattr(norm, "weight", None) is not None:
+            return "final norm", norm
+    raise InputError(f"{model.config.model_type}: its output projection is tied to the embeddings and no final "
+                     "norm with a gain was found: nothing scales its logits alone")
+
+
+def _scale_final(model, k: float) -> str:
+    import torch
+
+    name, site = _final_site(model)
+    if name == "final norm":
+        _gain(site, k)
+    else:
+        with torch.no_grad():
+            site.weight.mul_(k)
+            if site.bias is not None:
+                site.bias.mul_(k)
+    return name
 
 
 def bind(model, ids: np.ndarray, target: float = TARGET) -> dict[str, float]:
-    """Scale the queries layer by layer, then the final norm, so that each cap's largest |a/c| is ``target``."""
+    """Scale the queries layer by layer, then the final norm (or the output projection), so that each cap's
+    largest |a/c| is ``target``."""
     import torch
 
     scales = {}
     caps = caps_of(model.config)
-    if caps["attention"] is not None:
+    if caps["attention"] is not None and hasattr(_modeling(model), "eager_attention_forward"):
         for i, layer in enumerate(model.model.layers):
             seen: dict = {}
             logits(model, ids, seen=seen)
@@ -229,8 +268,7 @@ def bind(model, ids: np.ndarray, target: float = TARGET) -> dict[str, float]:
         seen = {}
         logits(model, ids, seen=seen)
         k = target / seen["final"]
-        _gain(model.model.norm, k)
-        scales["final norm"] = k
+        scales[_scale_final(model, k)] = k
     return scales
 
 
@@ -265,7 +303,7 @@ def attention_alternatives():
 
 def hidden_capped(model, ids: np.ndarray) -> np.ndarray:
     """The final cap applied to the final hidden state before the output projection, not to the logits."""
-    c = model.config.final_logit_softcapping
+    c = caps_of(model.config)["final"]
     handle = model.get_output_embeddings().register_forward_pre_hook(lambda m, args: (tanh_cap(args[0], c),))
     try:
         return logits(model, ids, off=("final",))
@@ -284,7 +322,7 @@ def reference(model, ids: np.ndarray, scales: dict) -> Reference:
     reach = {"attention": max(layers) if layers else None, "final": seen.get("final")}
     alternatives = {} if not seen.get("attention applied") else {
         name: logits(model, ids, off=("final",), cap_fn=fn) for name, fn in attention_alternatives().items()}
-    width = max(int(getattr(model.config, "hidden_size", 0) or 0), int(getattr(model.config, "intermediate_size", 0) or 0))
+    width = max(int(np.max(getattr(model.config, name, 0) or 0)) for name in ("hidden_size", "intermediate_size"))
     applied = {"attention": bool(seen.get("attention applied")), "final": caps["final"] is not None}
     if caps["attention"] is not None and not applied["attention"]:  # what the dead cap would do, were it applied
         out["attention forced"] = logits(model, ids, off=("final",), cap_fn=tanh_cap, force=True)
@@ -305,14 +343,16 @@ def save(model, folder: Path, off=()) -> Path:
     logging.disable_progress_bar()  # its bar on stderr is not the answer
     with caps_off(model, off), audit.quiet():
         config = model.config
-        saved = {cap: getattr(config, FIELD[cap]) for cap in CAPS}
+        fields = {cap: types.field(config, cap) for cap in CAPS if types.field(config, cap)}
+        saved = {cap: getattr(config, name) for cap, name in fields.items()}
         try:
             for cap in off:
-                setattr(config, FIELD[cap], None)
+                if cap in fields:
+                    setattr(config, fields[cap], types.off_value(config, cap))
             model.save_pretrained(folder)
         finally:
             for cap, value in saved.items():
-                setattr(config, FIELD[cap], value)
+                setattr(config, fields[cap], value)
             if bars:
                 logging.enable_progress_bar()
     return folder
