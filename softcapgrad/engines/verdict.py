@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softcapgrad.engines.forms import ALTERNATIVE_UNITS, ALTERNATIVES, _round, cap_in, exact_cap  # noqa: F401
+
 K = 16
 FP32 = 2.0 ** -24
 RATIO = 10.0  # a low-precision row nearer one reference by this factor is judged by it (as a server's answer is)
@@ -54,36 +56,6 @@ def log_probs(z: np.ndarray) -> np.ndarray:
 def tolerance(unit: float, scale: float, roundings: float = K, once: float = 0.0) -> float:
     """2δ with δ = (roundings·unit + once)·scale: the largest log-prob error allowed."""
     return 2 * (roundings * unit + once) * scale
-
-
-def _round(x: np.ndarray, fmt: str) -> np.ndarray:
-    import ml_dtypes
-
-    kind = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}[fmt]
-    return np.asarray(x, dtype=np.float32).astype(kind).astype(np.float64)
-
-
-def cap_in(fmt: str):
-    """c·tanh(a/c) with a, a/c, the tanh and the product each rounded to ``fmt``."""
-    def f(a, c):
-        x = _round(_round(a, fmt) / _round(np.float64(c), fmt), fmt)
-        return _round(_round(np.tanh(x), fmt) * _round(np.float64(c), fmt), fmt)
-    return f
-
-
-ALTERNATIVES = {  # final-cap forms an engine might compute instead, on the engine's own a (float64)
-    "the cap computed in bf16": cap_in("bf16"),
-    "the cap computed in fp16": cap_in("fp16"),
-    "a hard clip to [-c, c]": lambda a, c: np.clip(a, -c, c),
-    "c·x/sqrt(1+x²) instead of tanh": lambda a, c: a / np.sqrt(1 + (a / c) ** 2),
-    "x·tanh(x/c) instead of c·tanh(x/c)": lambda a, c: a * np.tanh(a / c),
-    "the cap applied twice": lambda a, c: exact_cap(exact_cap(a, c), c),
-}
-ALTERNATIVE_UNITS = {"the cap computed in bf16": 2.0 ** -8, "the cap computed in fp16": 2.0 ** -11}
-
-
-def exact_cap(a: np.ndarray, c: float) -> np.ndarray:
-    return c * np.tanh(np.asarray(a, dtype=np.float64) / c)
 
 
 @dataclass(frozen=True)
