@@ -55,3 +55,39 @@ def test_parity_that_knows_nothing_can_run_exits_2(cache):
     assert result.output.strip().splitlines() == [
         "softcapgrad: error: no engine asked for has the architecture vaultgemma (kerashub converts gemma2, "
         "gemma3_text): nothing to run"]
+
+
+@pytest.mark.parametrize("planted, said", [
+    (None, "--update: cannot read"),
+    ("not json", "is not JSON"),
+    ('{"rows": []}', "holds no parity results"),
+    ('{"params": {"seed": 7, "seq_len": 16, "set": []}, "models": [], "rows": [], "engines": []}',
+     "measured with another seed (seed 7)"),
+])
+def test_update_refuses_what_it_cannot_merge_before_any_work(cache, tmp_path, planted, said):
+    out = tmp_path / "out"
+    out.mkdir()
+    if planted is not None:
+        (out / "parity.json").write_text(planted, encoding="utf-8")
+    result = CliRunner().invoke(app, ["parity", "--engine", "transformers", "--out", str(out), "--update"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1 and said in result.output
+    assert sorted(p.name for p in out.iterdir()) == (["parity.json"] if planted else [])
+
+
+def test_update_replaces_only_the_engines_measured_again():
+    from softcapgrad.engines import parity
+
+    def results(engine, verdict, models):
+        return {"params": {}, "models": [{"model": m} for m in models],
+                "rows": [{"engine": engine, "model": m, "route": r, "verdict": verdict}
+                         for m in models for r in ("default", "eager")],
+                "engines": [{"engine": engine, "model": m, "route": "default"} for m in models]}
+
+    old = results("transformers", "applied", ["gemma2", "vaultgemma"])
+    old["rows"] += results("onnx", "applied", ["gemma2"])["rows"]
+    merged = parity.merge(old, results("transformers", "ignored", ["gemma2"]))
+    assert [(r["engine"], r["model"], r["verdict"]) for r in merged["rows"]] == [
+        ("transformers", "gemma2", "ignored"), ("transformers", "gemma2", "ignored"),
+        ("onnx", "gemma2", "applied"), ("onnx", "gemma2", "applied"),
+        ("transformers", "vaultgemma", "applied"), ("transformers", "vaultgemma", "applied")]
+    assert [m["model"] for m in merged["models"]] == ["gemma2", "vaultgemma"]

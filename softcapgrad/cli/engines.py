@@ -37,8 +37,9 @@ def _grouped(rows: list[dict], picked: list[dict], say) -> list[str]:
     return out
 
 
-def _answer(results) -> tuple[str, ...]:
-    rows = [r for p in results for r in p.rows]
+def _answer(data: dict) -> tuple[str, ...]:
+    """The finding in three sentences, from the results as parity.as_dict (or merge) gives them."""
+    rows = data["rows"]
     bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD],
                    lambda r: f"matched '{r['fits']}' on" if r.get("fits") else VERBS[r["verdict"]] + (
                        " (" + r["hint"] + ")" if r["verdict"] == "different" and
@@ -48,14 +49,32 @@ def _answer(results) -> tuple[str, ...]:
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})
     missing = sorted({r["engine"] for r in rows if r["verdict"] == "could not run"})
-    reach = "; ".join(f"{p.model}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in p.reference.reach.items()
-                                                                if v is not None) for p in results)
+    reach = "; ".join(f"{m['model']}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items()
+                                                                   if isinstance(v, float)) for m in data["models"])
     first = ("Every engine that ran applied every cap it was given" if not bad else
              "Caps lost, altered or added: " + "; ".join(bad)) + f" (inputs built so that each cap binds; {reach})."
     second = f"Applied by: {', '.join(ok) or 'none'}."
     third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else
              "Every engine listed ran.") + " GPU kernels (vLLM's CUDA backends, SGLang, flash-attn): not measured here."
     return first, second, third
+
+
+def _earlier(out) -> dict:
+    """The parity results ``--update`` merges into, checked before any work."""
+    import json
+
+    if out is None:
+        raise InputError("--update needs --out DIR holding an earlier parity.json")
+    try:
+        data = json.loads((out / "parity.json").read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"--update: cannot read {out / 'parity.json'}: {err.strerror}") from None
+    except ValueError:
+        raise InputError(f"--update: {out / 'parity.json'} is not JSON") from None
+    if not (isinstance(data, dict) and all(isinstance(data.get(k), list) for k in ("models", "rows", "engines"))
+            and isinstance(data.get("params"), dict)):
+        raise InputError(f"--update: {out / 'parity.json'} holds no parity results (models, rows, engines)")
+    return data
 
 
 def parity_report(results, out: Optional[Path], params: dict) -> Report:
@@ -83,7 +102,7 @@ def parity_report(results, out: Optional[Path], params: dict) -> Report:
         notes=(f"written: {', '.join(str(out / f) for f in FILES)}" if out else "nothing written (no --out)",
                "error: largest |Δ log-prob| against the capped form; error off: against the uncapped form; the final "
                "cap is judged on the engine's own pre-cap logits, the attention cap against transformers fp32 eager"),
-        answer=_answer(results),
+        answer=_answer(parity.as_dict(results)),
     )
 
 
@@ -132,6 +151,8 @@ def parity(
     seed: Annotated[Optional[int], typer.Option(help="Seed of the weights and token ids (default 0).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds each engine route may take, conversion included.")] = 300.0,
     jobs: Annotated[int, typer.Option(help="Engine routes run at a time (each engine child uses one thread).")] = 1,
+    update: Annotated[bool, typer.Option(
+        "--update", help="Replace only the engines measured now in --out's parity results; keep the rest.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
     server: Annotated[Optional[str], typer.Option(
         "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead.")] = None,
@@ -155,7 +176,7 @@ def parity(
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
-            not_with({"--jobs": None if jobs == 1 else jobs}, "with --server")
+            not_with({"--jobs": None if jobs == 1 else jobs, "--update": update or None}, "with --server")
             return _served(directory, server, server_model, engine, model_type, install, out, set_, seq_len, seed,
                            timeout)
         known = catalog.engines()
@@ -176,6 +197,13 @@ def parity(
         j = bounded("--jobs", jobs, 1, 16)
         if out is not None:
             writable_folder(out, "--out")
+        earlier = _earlier(out) if update else None
+        if earlier is not None:
+            then = earlier["params"]
+            differs = [k for k, v in (("seed", s), ("seq_len", n), ("set", set_ or [])) if then.get(k) != v]
+            if differs:
+                raise InputError(f"--update: the earlier results were measured with another {', '.join(differs)} "
+                                 f"({', '.join(f'{k} {then.get(k)!r}' for k in differs)}): their references differ")
         sources = []
         if directory is not None:
             sources.append((str(directory), audit.source(directory, None, set_ or [])))
@@ -201,15 +229,20 @@ def parity(
                   "seq_len": n, "seed": s, "timeout": timeout, "out": str(out) if out else None}
         report = parity_report(results, out, params)
         if out is not None:
-            write_atomic(out / "parity.json", json.dumps({"params": params, "answer": list(report.answer),
-                                                           **run.as_dict(results)}, indent=1, sort_keys=True) + "\n")
-            write_atomic(out / "parity.md", run.markdown(results, report.answer))
+            data = {"params": params, **run.as_dict(results)}
+            if update:
+                data = run.merge(earlier, data)
+                data["params"] = {**earlier["params"], "updated": earlier["params"].get("updated", []) + [params]}
+            answer = _answer(data)
+            write_atomic(out / "parity.json", json.dumps({**data, "answer": list(answer)}, indent=1,
+                                                         sort_keys=True) + "\n")
+            write_atomic(out / "parity.md", run.markdown(data, answer))
             try:
                 from softcapgrad.core.plot import save
                 from softcapgrad.engines.figure import parity_figure
 
                 (out / "figures").mkdir(parents=True, exist_ok=True)
-                save(parity_figure([r for p in results for r in p.rows]), out / "figures" / "parity.png")
+                save(parity_figure(data["rows"]), out / "figures" / "parity.png")
             except InputError:
                 pass  # matplotlib is an extra: the tables are written without it
         return report

@@ -216,24 +216,45 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def markdown(results: list[Parity], answer: tuple[str, ...]) -> str:
+def _of(data: dict, key: str, model: str) -> list[dict]:
+    return [x for x in data[key] if x["model"] == model]
+
+
+def merge(old: dict, new: dict) -> dict:
+    """``old`` results with every engine that ``new`` measured on a model replaced by ``new``'s rows for it; models
+    and engines keep the order of ``old``, then of the catalog (``parity --update``)."""
+    order = {name: i for i, name in enumerate(catalog.engines())}
+    models = {m["model"]: m for m in old["models"]}
+    models.update({m["model"]: m for m in new["models"]})
+    merged = {**old, **{k: v for k, v in new.items() if k not in ("models", "rows", "engines")},
+              "models": list(models.values()), "rows": [], "engines": []}
+    for model in models:
+        measured = {e["engine"] for e in _of(new, "engines", model)}
+        for key in ("rows", "engines"):
+            kept = [x for x in _of(old, key, model) if x["engine"] not in measured] + _of(new, key, model)
+            merged[key] += sorted(kept, key=lambda x: order.get(x["engine"], len(order)))  # stable: routes stay
+    return merged
+
+
+def markdown(data: dict, answer: tuple[str, ...]) -> str:
+    """parity.md from the results as ``as_dict`` (or ``merge``) gives them."""
     lines = ["# Do the caps survive leaving transformers?", "", *answer, ""]
-    for r in results:
-        reach = ", ".join(f"{k} {v:.3g}" for k, v in r.reference.reach.items() if v is not None)
-        lines += [f"## {r.model}", "", f"caps {r.reference.caps}; largest |a/c| reached: {reach}; "
-                  f"{r.reference.ids.size} tokens, full vocabulary of {r.reference.logits['capped'].shape[1]}."
-                  + (f" {modeltypes.NOTES[r.model]}." if r.model in modeltypes.NOTES else ""), "",
+    for m in data["models"]:
+        reach = ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items() if isinstance(v, float))
+        lines += [f"## {m['model']}", "", f"caps {m['caps']}; largest |a/c| reached: {reach}; "
+                  f"{m['tokens']} tokens, full vocabulary of {m['vocabulary']}."
+                  + (f" {m['note']}." if m.get("note") else ""), "",
                   "| engine | route | cap | verdict | largest \\|logit\\| | log-prob error | to uncapped | tolerance "
                   "| where | note |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for row in r.rows:
+        for row in _of(data, "rows", m["model"]):
             top = f" (top {row['top_k']})" if row.get("top_k") else ""
             lines.append(f"| {row['engine']} | {row['route']} | {row['cap']} | {row['verdict']}{top} | "
                          f"{_fmt(row.get('max_logit'))} | {_fmt(row['error'])} | "
                          f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_fmt(row['where'])} | "
                          f"{row.get('hint', '')} |")
         lines += ["", "| engine | route | what ran | versions |", "| --- | --- | --- | --- |"]
-        for e in r.engines:
+        for e in _of(data, "engines", m["model"]):
             versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())
             lines.append(f"| {e['engine']} | {e['route']} | {e['did'] or e['how']} | {versions} |")
         lines.append("")
