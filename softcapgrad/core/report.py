@@ -312,7 +312,8 @@ def title_lines(title: str, width: int) -> list[str]:
 
     lines = wrap(width)
     if len(lines) > 1:
-        return next(c for c in (wrap(w) for w in range(-(-len(title) // len(lines)), width + 1)) if len(c) == len(lines))
+        even = (wrap(w) for w in range(-(-len(title) // len(lines)), width + 1))
+        return next(c for c in even if len(c) == len(lines))
     return lines
 
 

@@ -207,7 +207,8 @@ def anchor_targets(gate: TetherGate, g_target: float, anchor: str) -> torch.Tens
     return _targets(gate.ema_s, gate, g_target, anchor, None).expand_as(gate.ema_s)
 
 
-def _targets(ema: torch.Tensor, gate: TetherGate, g_target: float, anchor: str, valid: torch.Tensor | None) -> torch.Tensor:
+def _targets(ema: torch.Tensor, gate: TetherGate, g_target: float, anchor: str,
+             valid: torch.Tensor | None) -> torch.Tensor:
     """θ* per gate, or the global one as a single value (it broadcasts); ``valid``: the gates with an EMA."""
     local = ema - math.log(g_target / (1.0 - g_target)) / gate.beta
     if anchor == "local":
