@@ -109,3 +109,18 @@ def test_sigterm_kills_the_child_and_removes_its_folder(tmp_path):
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
     assert not folder.exists()
+
+
+def test_an_empty_mlx_folder_in_the_working_folder_leaves_a_census_row_as_committed(tmp_path):
+    """rt_detr builds its backbone through transformers' is_tensor, which asks for mlx when transformers takes
+    mlx for installed: an empty `mlx/` in the folder used to be found as a namespace package and turn the row
+    into "needs the package mlx". The row is the committed one (run without any such folder)."""
+    pytest.importorskip("transformers")
+    (tmp_path / "mlx").mkdir()
+    done = subprocess.run([sys.executable, "-m", "softcapgrad", "census", "--model-type", "rt_detr", "--out", "out"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "out" / "census.json").read_text())["rows"]
+    committed = json.loads((ROOT / "results" / "census.json").read_text())["rows"]
+    assert row == next(r for r in committed if r["model_type"] == "rt_detr")
+    assert row["status"] == "audited" and "mlx" not in row["reason"]

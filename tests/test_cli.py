@@ -217,3 +217,21 @@ def test_progress_reports_only_through_an_installed_reporter():
     with progress.reporting(reporter), progress.task("scanning", 10) as advance:
         advance(4)
     assert seen == [("scanning", 10), 4]
+
+
+def test_a_title_one_word_too_long_wraps_in_even_lines_not_to_a_lone_fragment(cli):
+    """knee's pre-cap table title is 101 characters: at 100 columns it used to end on a line holding `0`."""
+    from softcapgrad.core.report import title_lines
+
+    code, data, _, _ = cli("knee", "--cap", "30", "--json")
+    title = "pre-cap inputs: the horizon c·x_knee, and the first input whose gradient through the cap is exactly 0"
+    assert code == 0 and len(title) == 101 and "horizon_rows" in data
+    code, _, out, err = cli("knee", "--cap", "30", env={"COLUMNS": "100"})
+    assert code == 0, err
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("pre-cap inputs"))
+    shown = [lines[at].rstrip(), lines[at + 1].rstrip()]
+    assert " ".join(shown) == title and min(map(len, shown)) >= 40
+    for width in (40, 57, 100):  # as many lines as greedy wrapping needs, none longer than the width
+        got = title_lines(title, width)
+        assert " ".join(got) == title and max(map(len, got)) <= width and max(map(len, got)) - min(map(len, got)) < 20

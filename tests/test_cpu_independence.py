@@ -76,3 +76,25 @@ def test_torch_compile_cpu_says_the_isa_that_ran_and_honours_aten_cpu_capability
         pytest.skip("this CPU has no AVX2")
     avx2 = _compile_cpu_row("avx2")
     assert avx2["source"] == "measured" and "inductor AVX2 vector code, 256 bits" in avx2["reason"]
+
+
+def _tether_demo_json(capability: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    if capability is not None:
+        env["ATEN_CPU_CAPABILITY"] = capability
+    proc = subprocess.run([sys.executable, "-m", "softcapgrad", "tether-demo", "--json"], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_tether_demo_prints_the_same_bytes_under_every_kernel_width():
+    """The collapse section trains in float64 with torch's sigmoid, whose vector and scalar kernels differ
+    in the last ulps: its printed means must not. Sets its own children's capability (ATen's scalar
+    kernels, AVX2 where the CPU has it, and the CPU's own), so `.ci/run` need not run it again."""
+    torch = pytest.importorskip("torch")
+    capabilities: list[str | None] = ["default", None]
+    if torch.backends.cpu.get_cpu_capability() != "DEFAULT":
+        capabilities.append("avx2")
+    printed = {str(c): _tether_demo_json(c) for c in capabilities}
+    assert len(set(printed.values())) == 1, {c: hash(p) for c, p in printed.items()}

@@ -179,9 +179,28 @@ def test_a_model_with_nan_weights_is_refused_before_training(cli, tmp_path):
         model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
     model.save_pretrained(tmp_path / "m", safe_serialization=True)
     code, _, out, err = cli("experiment", "--model", str(tmp_path / "m"), "--quick", "--out", "none")
-    # transformers' own "Loading weights" bar may come before it (the shared model-directory reader's concern)
-    last = err.strip().splitlines()[-1]
-    assert code == 2 and out == "" and "Traceback" not in err and "NaN" in last and "up_proj" in last
+    (line,) = err.strip().splitlines()  # one line: no "Loading weights" bar of transformers' before it
+    assert code == 2 and out == "" and "NaN" in line and "up_proj" in line
+
+
+@pytest.mark.parametrize("vocab, caps", [(128, {"final_logit_softcapping": 30, "attn_logit_softcapping": 50}),
+                                         (8, {})], ids=["caps written as integers", "vocabulary below the sequence"])
+def test_a_saved_model_with_integer_caps_or_a_small_vocabulary_runs(cli, tmp_path, vocab, caps):
+    """config.json may write a cap as 30 (the reader's own config is loaded, not the file again); a vocabulary
+    of 8 is shorter than the task's 32-token sequence: the probe repeats it to fill a row."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                          num_attention_heads=1, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
+                          final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
+    Gemma2ForCausalLM(config).save_pretrained(tmp_path / "m", safe_serialization=True)
+    written = tmp_path / "m" / "config.json"
+    written.write_text(json.dumps({**json.loads(written.read_text()), **caps}))
+    code, data, _, err = cli("experiment", "--model", str(tmp_path / "m"), "--quick", "--seeds", "1", "--steps", "2",
+                             "--arm", "bf16-eager", "--depth", "1", "--shift", "rotation", "--out", "none", "--json")
+    assert code == 0, err
+    assert data["params"]["model"].startswith("Gemma2ForCausalLM from m")
+    assert [r["arm"] for r in data["rows"]] == ["bf16-eager"]
 
 
 def test_help_says_what_seeds_accepts(cli):

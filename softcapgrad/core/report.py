@@ -301,6 +301,22 @@ def _fitting(rendered, table: Table, wide: bool, console) -> list:
     return _folded(table, wide)
 
 
+def title_lines(title: str, width: int) -> list[str]:
+    """A table's title wrapped at word boundaries to the console's width, in lines of even length: as
+    many lines as the width needs, each as short as that number allows, so a title one word too long
+    ends on half its words, not on a lone last fragment (``0``)."""
+    import textwrap
+
+    def wrap(w: int) -> list[str]:
+        return textwrap.wrap(title, w, break_on_hyphens=False) or [title]
+
+    lines = wrap(width)
+    if len(lines) > 1:
+        even = (wrap(w) for w in range(-(-len(title) // len(lines)), width + 1))
+        return next(c for c in even if len(c) == len(lines))
+    return lines
+
+
 def render_table(report: Report, console, wide: bool = False) -> None:
     """Print a report: its answer, then rich tables, then notes (rich is imported by the caller's console).
 
@@ -313,7 +329,8 @@ def render_table(report: Report, console, wide: bool = False) -> None:
     for table in report.tables:
         if not table.rows or not table.show:
             continue
-        console.print(table.title, style="bold", highlight=False, markup=False)  # wraps at the console, not the table
+        for line in title_lines(table.title, console.width):
+            console.print(line, style="bold", highlight=False, markup=False)
         for block in _fitting(_rich_table(table, wide), table, wide, console):
             console.print(block)
     for note in report.notes:

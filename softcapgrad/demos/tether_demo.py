@@ -27,6 +27,12 @@ BETA = 6.0
 # by a pixel. In float64 the same differences stay near 1e-16. (The wd section is float32 numpy,
 # one rounding per operation: the same bits everywhere.)
 DTYPE = torch.float64
+# ... but not at 0: float64 sigmoid is SLEEF's exp in the vector kernels and libm's in the scalar ones,
+# a few ulps apart, so the run's means differ in their 16th–17th digit between CPUs (measured over all
+# 2,001 steps, two seeds: at most 9e-16 relative, not growing with the steps). The rows keep
+# ROW_DIGITS significant digits: five orders of magnitude above that spread, so two CPUs print the
+# same bytes unless a value lies within ~1e-15 of a rounding boundary (about 1 in 10^5 values).
+ROW_DIGITS = 10
 
 
 def _signal(gen: torch.Generator, tokens: int, means: torch.Tensor) -> torch.Tensor:
@@ -54,6 +60,11 @@ def _adam(params: list[torch.Tensor], lr: float):
 # --- collapse ---------------------------------------------------------------------------------
 
 
+def _digits(value: torch.Tensor) -> float:
+    """The value to ROW_DIGITS significant digits (see ROW_DIGITS)."""
+    return float(f"{float(value):.{ROW_DIGITS}g}")
+
+
 def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, checkpoints: list[int]) -> list[dict]:
     """A branch that only adds noise: loss = mean((g·b)²) closes any gate the optimizer controls."""
     means = torch.tensor([-0.5, 0.0, 0.5, 1.0], dtype=DTYPE)
@@ -74,9 +85,10 @@ def collapse(steps: int, lr: float, wd: float, g_target: float, seed: int, check
         g_p = torch.sigmoid(BETA * (s - plain_theta))
         if step in wanted:
             offset = tether.theta.detach() - anchor_targets(tether, g_target, "global")
-            rows.append({"step": step, "plain_mean_gate": float(g_p.detach().mean()),
-                         "tether_mean_gate": float(g_t.detach().mean()), "tether_floor": float(tether.floor.mean()),
-                         "tether_theta_minus_anchor": float(offset.mean())})
+            # the floor is F(step) from Python's math, the same on every CPU: kept whole
+            rows.append({"step": step, "plain_mean_gate": _digits(g_p.detach().mean()),
+                         "tether_mean_gate": _digits(g_t.detach().mean()), "tether_floor": float(tether.floor.mean()),
+                         "tether_theta_minus_anchor": _digits(offset.mean())})
         adam(list(torch.autograd.grad(((g_t * branch) ** 2).mean() + ((g_p * branch) ** 2).mean(), thetas)))
         tethergate_step(tether, step, schedule, lr=lr, wd=wd, g_target=g_target)
     return rows

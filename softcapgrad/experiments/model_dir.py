@@ -50,8 +50,9 @@ def load(directory: Path, design: Design) -> tuple[Design, object, dict, str]:
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=False, use_safetensors=True,
-                                                     local_files_only=True, dtype=torch.float32,
+        # the config already read (integers where the class wants floats made floats), not config.json again
+        model = AutoModelForCausalLM.from_pretrained(directory, config=config, trust_remote_code=False,
+                                                     use_safetensors=True, local_files_only=True, dtype=torch.float32,
                                                      attn_implementation="eager")
     except (ValueError, OSError, KeyError) as err:
         raise InputError(f"--model {directory}: {str(err).splitlines()[0][:300]}") from None

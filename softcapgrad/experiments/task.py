@@ -49,10 +49,11 @@ def batch(task: Task, seed: int, phase: int, step: int) -> np.ndarray:
 
 
 def probe(task: Task) -> np.ndarray:
-    """Every token once, as one row per sequence length: the contexts the confidence is set on."""
-    ids = np.arange(task.vocab, dtype=np.int64)
-    pad = (-len(ids)) % task.seq
-    return np.concatenate([ids, ids[:pad]]).reshape(-1, task.seq)
+    """Every token once, as one row per sequence length: the contexts the confidence is set on. The last
+    row is filled with the tokens again from the first, round as often as a vocabulary shorter than a
+    sequence needs."""
+    rows = -(-task.vocab // task.seq)
+    return np.resize(np.arange(task.vocab, dtype=np.int64), rows * task.seq).reshape(rows, task.seq)
 
 
 def band_mapping(m: Mapping, logits: np.ndarray, band: tuple[float, float], aim: float) -> tuple[Mapping, int]:

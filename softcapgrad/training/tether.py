@@ -25,6 +25,7 @@ from typing import Iterable
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from softcapgrad.core import chunks
 from softcapgrad.core.checks import InputError
@@ -91,30 +92,38 @@ class TetherGate(nn.Module):
         self.register_buffer("ema_s", torch.full((num_gates,), float("nan")))
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
-        if self.detach_signal:
+        if self.detach_signal and s.requires_grad:
             s = s.detach()
+        theta, floor = self.theta, self.floor
         if self.training:
             self._observe(s)
-        if _chunked(s, self.theta, self.floor):
-            return _Gate.apply(s, self.theta, self.floor, self.beta, self.arg_min, self.arg_max)
-        a = torch.clamp(self.beta * (s - self.theta), self.arg_min, self.arg_max)
-        return self.floor + (1.0 - self.floor) * torch.sigmoid(a)
+        if _chunked(s, theta, floor):
+            return _Gate.apply(s, theta, floor, self.beta, self.arg_min, self.arg_max)
+        a = torch.clamp(self.beta * (s - theta), self.arg_min, self.arg_max)
+        return floor + (1.0 - floor) * torch.sigmoid(a)
 
-    @torch.no_grad()
     def _observe(self, s: torch.Tensor) -> None:
-        """EMA of the per-gate mean of s; the first observation initialises it (no tensor branching)."""
-        mean = s.detach().reshape(-1, self.theta.numel()).mean(0).to(self.ema_s.dtype)
-        blended = self.ema_decay * self.ema_s + (1.0 - self.ema_decay) * mean
-        self.ema_s.copy_(torch.where(torch.isnan(self.ema_s), mean, blended))
+        """EMA of the per-gate mean of s; the first observation initialises it (no tensor branching).
+
+        Few operations, as it runs on every training forward: no autograd context (the signal is
+        detached here when it needs a graph, and the buffers never do), the mask from NaN ≠ NaN and
+        the blend written straight into the buffer.
+        """
+        ema = self.ema_s
+        if s.requires_grad:
+            s = s.detach()
+        mean = s.reshape(-1, ema.numel()).mean(0)
+        if mean.dtype != ema.dtype:
+            mean = mean.to(ema.dtype)
+        blended = self.ema_decay * ema + (1.0 - self.ema_decay) * mean
+        torch.where(ema != ema, mean, blended, out=ema)
 
 
 def _chunked(s: torch.Tensor, theta: torch.Tensor, floor: torch.Tensor) -> bool:
     """The chunked CPU path: fp32 throughout, a detached signal, not while torch.compile traces and
     not under a dispatch mode (a monitor or a FLOP counter sees the formula's ops, once each)."""
-    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
-
-    return (s.device.type == "cpu" and not s.requires_grad and not torch.compiler.is_compiling()
-            and s.dtype == theta.dtype == floor.dtype == torch.float32 and s.numel() >= chunks.CHUNK
+    return (s.dtype == theta.dtype == floor.dtype == torch.float32 and s.numel() >= chunks.CHUNK
+            and s.device.type == "cpu" and not s.requires_grad and not torch.compiler.is_compiling()
             and not is_in_torch_dispatch_mode())
 
 
@@ -195,12 +204,19 @@ def _check_step_args(lr: float, wd: float, g_target: float, kappa_sleep: float, 
 
 def anchor_targets(gate: TetherGate, g_target: float, anchor: str) -> torch.Tensor:
     """θ* per gate: EMA(s) − logit(g_target)/β, or its mean over the gates with an EMA."""
-    local = gate.ema_s - math.log(g_target / (1.0 - g_target)) / gate.beta
+    return _targets(gate.ema_s, gate, g_target, anchor, None).expand_as(gate.ema_s)
+
+
+def _targets(ema: torch.Tensor, gate: TetherGate, g_target: float, anchor: str,
+             valid: torch.Tensor | None) -> torch.Tensor:
+    """θ* per gate, or the global one as a single value (it broadcasts); ``valid``: the gates with an EMA."""
+    local = ema - math.log(g_target / (1.0 - g_target)) / gate.beta
     if anchor == "local":
         return local
-    valid = ~torch.isnan(local)
-    mean = torch.where(valid, local, torch.zeros_like(local)).sum() / valid.sum()
-    return mean.expand_as(local)
+    if valid is None:
+        valid = local == local
+    # NaN → 0 keeps every other value, infinities included: the sum of torch.where(valid, local, 0)
+    return local.nan_to_num(0.0, math.inf, -math.inf).sum() / valid.sum()
 
 
 @torch.no_grad()
@@ -214,10 +230,11 @@ def tethergate_step(gates: TetherGate | Iterable[TetherGate], step: int, schedul
     F = schedule(step)
     k = kappa_sleep if F == 1.0 else lr * wd
     for gate in _as_list(gates):
-        valid = ~torch.isnan(gate.ema_s)
-        target = anchor_targets(gate, g_target, anchor)
-        gate.theta.copy_(torch.where(valid, gate.theta - k * (gate.theta - target), gate.theta))
-        gate.floor.copy_(torch.where(valid, torch.full_like(gate.floor, F), gate.floor))
+        theta, ema = gate.theta, gate.ema_s
+        valid = ema == ema  # not NaN
+        target = _targets(ema, gate, g_target, anchor, valid)
+        torch.where(valid, theta - k * (theta - target), theta, out=theta)
+        gate.floor.masked_fill_(valid, F)
     return F
 
 
