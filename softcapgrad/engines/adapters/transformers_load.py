@@ -6,6 +6,9 @@ attention implementation and the dtype by itself, and the implementation it reco
 """
 
 
+UNKNOWN = ("does not recognize this architecture", "Unrecognized configuration class")  # its registry's own words
+
+
 def load(run, variant):
     """The model as the route loads it, and the attention implementation it records."""
     import torch
@@ -16,8 +19,16 @@ def load(run, variant):
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     options = {"attn_implementation": "eager"} if run.route.endswith("eager") else {}
-    model = AutoModelForCausalLM.from_pretrained(str(run.folder(variant)), local_files_only=True,
-                                                 trust_remote_code=False, **options).eval()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(run.folder(variant)), local_files_only=True,
+                                                     trust_remote_code=False, **options).eval()
+    except (ValueError, KeyError) as err:  # a model type this version's registry does not list
+        if not any(words in str(err) for words in UNKNOWN):
+            raise
+        import protocol
+        import transformers
+
+        raise protocol.NoArchitecture(f"transformers {transformers.__version__}: {str(err).split('. ')[0]}") from None
     attention = getattr(model.config, "_attn_implementation", None) or "not recorded"
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     return model, attention, dtype
