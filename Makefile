@@ -38,7 +38,7 @@ experiment: $(STAMP)
 	$(PY) -m softcapgrad experiment --out results
 
 parity: $(STAMP)
-	$(PY) -m softcapgrad parity --install --engine all $(foreach t,$(PARITY_TYPES),--model-type $(t)) --timeout 600 \
+	$(PY) -m softcapgrad parity --install --engine all $(foreach t,$(PARITY_TYPES),--model-type $(t)) --timeout 600 --jobs 2 \
 		--out results
 
 bench: $(STAMP)

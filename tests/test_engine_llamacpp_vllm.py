@@ -89,3 +89,15 @@ def test_vllm_fp32_gives_transformers_log_probs_with_both_caps(tmp_path):
     assert out.info["precision"] == "fp32" and out.info["output"] == "logits"
     rows = verdict.verdicts({"capped": out.logits["capped"], "final off": out.logits["final-off"]}, reference)
     assert {r["cap"]: r["verdict"] for r in rows} == {"attention": "applied", "final": "applied"}
+
+
+@pytest.mark.parametrize("types, route, judged", [
+    ("F32", "f32-kv32", "fp32"), ("F32", "f32", "fp16"), ("F16", "default", "fp16"),
+    ("F32+Q8_0", "q8_0", "q8_0"), ("F32+Q8_0", "q8_0-fa", "q8_0"),
+])
+def test_a_llama_cpp_row_is_judged_in_the_coarsest_format_on_its_path(monkeypatch, types, route, judged):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(runner.ADAPTERS))
+    adapter = importlib.import_module("llamacpp")
+    assert adapter.coarsest(types, route) == judged

@@ -126,3 +126,45 @@ def test_sigterm_during_parity_kills_the_child_and_leaves_no_folder(tmp_path):
         "softcapgrad: terminated; the engine's processes were stopped and the temporary folder removed"]
     assert not _alive(child)
     assert list(tmp.iterdir()) == []
+
+
+def test_one_failing_variant_is_named_and_the_others_still_run(tmp_path):
+    body = ("def run_variant(run, variant):\n"
+            "    if variant == 'final-off':\n        raise RuntimeError('cannot convert a config without the cap')\n"
+            "    return np.ones((run.ids.size, 3))\n"
+            "raise SystemExit(protocol.main({'default': 'x'}, run_variant))\n")
+    work = _work(tmp_path)
+    (work / "final-off").mkdir()
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", work, ["capped", "final-off"], 120)
+    assert outcome.reason is None and list(outcome.logits) == ["capped"]
+    assert outcome.info["failed"] == {"final-off": "RuntimeError: cannot convert a config without the cap"}
+
+
+def test_every_variant_failing_is_the_first_ones_reason(tmp_path):
+    body = ("def run_variant(run, variant):\n    raise RuntimeError('no ' + variant)\n"
+            "raise SystemExit(protocol.main({'default': 'x'}, run_variant))\n")
+    work = _work(tmp_path)
+    (work / "final-off").mkdir()
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", work, ["capped", "final-off"], 120)
+    assert outcome.logits == {} and outcome.reason == "RuntimeError: no capped"
+
+
+def test_each_childs_cpu_time_is_its_own_when_routes_run_side_by_side(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def body(work: str) -> str:
+        return ("def run_variant(run, variant):\n"
+                f"    {work}\n    return np.zeros((run.ids.size, 2))\n"
+                "raise SystemExit(protocol.main({'default': 'x'}, run_variant))\n")
+
+    burn = "end = time.process_time() + 1.5\n    while time.process_time() < end: pass"
+    jobs = []
+    for name, work in (("burn", burn), ("sleep", "time.sleep(1.5)")):
+        folder = tmp_path / name
+        folder.mkdir()
+        jobs.append((_adapter(folder, body(work)), _work(folder)))
+    with ThreadPoolExecutor(2) as pool:
+        burnt, slept = pool.map(lambda job: runner.run(sys.executable, job[0], "default", job[1], ["capped"], 120),
+                                jobs)
+    assert burnt.reason is None and slept.reason is None
+    assert burnt.cpu_s >= 1.5 and slept.cpu_s < 1.0  # the sleeper's own CPU: its start-up, not the burner's loop

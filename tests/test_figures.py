@@ -121,3 +121,17 @@ def test_plot_option_and_missing_extra(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "pyplot", missing)
     code, _, _, err = cli("knee", "--plot", str(tmp_path / "k.png"))
     assert code == 2 and "pip install 'softcapgrad[plot]'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_parity_figure_grows_with_its_matrix_and_names_every_verdict_drawn():
+    from softcapgrad.engines.figure import CELL, parity_figure
+
+    verdicts = ["applied", "ignored", "ignores the folder's caps", "no such architecture"]
+    rows = [{"engine": f"e{i}", "route": "default", "model": f"m{j}", "cap": cap, "verdict": verdicts[(i + j) % 4],
+             "error": 0.5 if (i + j) % 4 < 3 else None, "hint": ""}
+            for i in range(40) for j in range(13) for cap in ("attention", "final")]
+    fig = parity_figure(rows)
+    width, height = fig.get_size_inches()
+    assert width >= CELL[0] * 26 and height >= CELL[1] * 40  # 26 columns (13 types x 2 caps), 40 engine rows
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == verdicts
+    assert sum(1 for t in fig.axes[0].texts if t.get_text() == "0.5") == 3 * 40 * 13 * 2 // 4

@@ -63,6 +63,44 @@ def test_dropped_final_cap_is_ignored(capped):
     assert rows["attention"]["verdict"] == "applied"
 
 
+def test_an_engine_that_reads_no_cap_from_the_folder_is_named(capped):
+    _, reference = capped
+    own = reference.logits["capped"]  # its own config caps both runs, whatever the folder says
+    rows = _rows(reference, own, own)
+    assert rows["final"]["verdict"] == "ignores the folder's caps"
+    assert "matches transformers' capped model" in rows["final"]["hint"]
+    assert rows["attention"]["verdict"] == "applied"  # judged on the capped pair
+
+
+def test_an_own_cap_without_the_attention_cap_is_named_on_both(capped):
+    _, reference = capped
+    own = reference.logits["attention off"]
+    rows = _rows(reference, own, own)
+    assert rows["final"]["verdict"] == "ignores the folder's caps"
+    assert "differs from transformers' capped model" in rows["final"]["hint"]
+    assert rows["attention"]["verdict"] == "ignored"
+
+
+def test_without_the_final_off_run_both_caps_are_judged_against_the_reference(capped):
+    _, reference = capped
+    failed = {"final off": "TypeError: unsupported operand type(s) for /: 'float' and 'NoneType'"}
+    rows = {r["cap"]: r for r in verdict.verdicts({"capped": reference.logits["capped"]}, reference, failed=failed)}
+    assert rows["attention"]["verdict"] == "applied" and rows["final"]["verdict"] == "applied"
+    assert rows["final"]["hint"].startswith("the folder without its final cap could not run (TypeError")
+    dropped = {r["cap"]: r for r in verdict.verdicts({"capped": reference.logits["attention off"]}, reference,
+                                                      failed=failed)}
+    assert dropped["attention"]["verdict"] == "ignored" and dropped["final"]["verdict"] == "applied"
+
+
+def test_without_the_capped_run_the_final_cap_says_why(capped):
+    _, reference = capped
+    failed = {"capped": "RuntimeError: no converter"}
+    rows = {r["cap"]: r for r in verdict.verdicts({"final off": reference.logits["final off"]}, reference,
+                                                   failed=failed)}
+    assert rows["final"]["verdict"] == "could not run" and rows["attention"]["verdict"] == "applied"
+    assert rows["final"]["hint"] == "the folder as it is: RuntimeError: no converter"
+
+
 def test_dropped_attention_cap_is_ignored(capped):
     _, reference = capped
     rows = _rows(reference, reference.logits["attention off"], reference.logits["uncapped"])
@@ -204,3 +242,85 @@ def test_a_low_precision_route_is_judged_on_its_top_tokens(capped):
     assert rows["final"]["verdict"] == "applied" and rows["final"]["top_k"] == 8
     dropped = {r["cap"]: r for r in verdict.verdicts({"capped": a, "final off": a}, reference, k=8, unit=2.0 ** -8)}
     assert dropped["final"]["verdict"] == "ignored"
+
+
+def _as_fp32_logprobs(z):
+    """What an engine that returns only log-probabilities gives: an fp32 log-softmax, -inf where fp32 underflows."""
+    lp = verdict.log_probs(z)
+    return np.where(lp < verdict.LN_TINY, -np.inf, lp)
+
+
+def test_an_engine_returning_only_log_probabilities_is_judged_against_the_reference(capped):
+    _, reference = capped
+    final_off = _as_fp32_logprobs(reference.logits["final off"])
+    assert np.isneginf(final_off).any()  # the uncapped logits span more than fp32's range of probabilities
+    rows = {r["cap"]: r for r in verdict.verdicts(
+        {"capped": _as_fp32_logprobs(reference.logits["capped"]), "final off": final_off}, reference,
+        output="logprobs")}
+    assert rows["attention"]["verdict"] == "applied" and rows["final"]["verdict"] == "applied"
+    assert rows["final"]["max_logit"] is None  # log-probabilities say nothing of the largest logit
+    dropped = {r["cap"]: r for r in verdict.verdicts({"capped": final_off, "final off": final_off}, reference,
+                                                      output="logprobs")}
+    assert dropped["final"]["verdict"] == "ignored"
+
+
+def test_minus_infinity_where_the_reference_is_representable_is_an_error(capped):
+    _, reference = capped
+    lp = verdict.log_probs(reference.logits["capped"])
+    broken = lp.copy()
+    broken[0, int(np.argmax(lp[0]))] = -np.inf  # the most likely token given probability zero
+    assert verdict.error(broken, lp).value == np.inf
+    assert verdict.error(_as_fp32_logprobs(reference.logits["final off"]),
+                         verdict.log_probs(reference.logits["final off"])).value < 1e-12
+
+
+def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
+    from softcapgrad.engines import parity
+
+    model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the local layer's window binds
+    reference = ref.reference(model, ids, ref.bind(model, ids))
+    reference.alternatives.update(parity.window_alternatives(model, ids))
+    assert model.config.sliding_window == 4  # restored
+    both = reference.alternatives["the sliding window and the attention cap both dropped"]
+    rows = _rows(reference, verdict.exact_cap(both, 30.0), both)
+    assert rows["attention"]["verdict"] == "different"
+    assert rows["attention"]["hint"].startswith("closest to the sliding window and the attention cap both dropped")
+    assert rows["final"]["verdict"] == "applied"
+    assert np.abs(both - reference.logits["uncapped"]).max() > 1.0  # the window changes the logits
+    # judged on its capped run alone (the folder without the final cap failed): the final cap beside that form
+    kept = reference.alternatives[verdict.CAPPED + "the sliding window not applied"]
+    alone = {r["cap"]: r for r in verdict.verdicts({"capped": kept}, reference, failed={"final off": "TypeError"})}
+    assert alone["attention"]["fits"] == "the sliding window not applied"
+    assert alone["final"]["verdict"] == "applied" and alone["final"]["hint"].endswith("the sliding window not applied")
+
+
+def test_caps_swapped_and_the_final_cap_on_the_hidden_state_are_named(capped):
+    from softcapgrad.engines import parity
+
+    model, reference = capped
+    reference.final_alternatives.update(parity.swapped_alternatives(model, reference.ids))
+    assert model.config.final_logit_softcapping == 30.0  # restored
+    both = reference.final_alternatives[verdict.SWAPPED + ", the final cap on the final hidden state"]
+    own = {r["cap"]: r for r in verdict.verdicts({"capped": both, "final off": both}, reference)}
+    assert own["final"]["verdict"] == "ignores the folder's caps"
+    assert own["attention"]["verdict"] == "different" and own["attention"]["hint"].startswith(
+        "matches the two caps' values swapped, the final cap on the final hidden state")
+    hidden = reference.final_alternatives["the cap applied to the final hidden state before the output projection"]
+    alone = {r["cap"]: r for r in verdict.verdicts({"capped": hidden}, reference, failed={"final off": "TypeError"})}
+    assert alone["attention"]["verdict"] == "applied"
+    assert alone["final"]["verdict"] == "different" and alone["final"]["hint"].startswith(
+        "matches the cap applied to the final hidden state")
+
+
+def test_a_bf16_row_whose_bound_spans_the_cap_is_judged_by_the_nearer_reference(capped):
+    _, reference = capped
+    bf16 = lambda z: verdict._round(z, "bf16")  # noqa: E731 -- each logit rounded once to bf16
+    rows = {r["cap"]: r for r in verdict.verdicts(
+        {"capped": bf16(reference.logits["capped"]), "final off": bf16(reference.logits["final off"])}, reference,
+        k=8, unit=2.0 ** -8)}
+    assert rows["attention"]["tolerance"] * 10 > rows["attention"]["separation"]  # the γ_n bound alone: not bound
+    assert rows["attention"]["verdict"] == "applied" and "10 times nearer" in rows["attention"]["hint"]
+    dropped = {r["cap"]: r for r in verdict.verdicts(
+        {"capped": bf16(verdict.exact_cap(reference.logits["uncapped"], 30.0)),
+         "final off": bf16(reference.logits["uncapped"])}, reference, k=8, unit=2.0 ** -8)}
+    assert dropped["attention"]["verdict"] == "ignored"

@@ -18,6 +18,8 @@ pytest.importorskip("transformers")
     (["--server", "http://127.0.0.1:1"], "--server needs the model directory DIR"),
     (["DIR", "--server", "http://127.0.0.1:1", "--engine", "llamacpp"], "--engine does not apply with --server"),
     (["DIR", "--server-model", "m"], "--server-model needs --server URL"),
+    (["DIR", "--server", "http://127.0.0.1:1", "--set", "final_logit_softcapping=20"],
+     "--set does not apply with --server"),
 ])
 def test_server_refusals_are_one_line_and_exit_2(cli, tmp_path, args, said):
     code, _, out, err = cli("parity", *[str(tmp_path) if a == "DIR" else a for a in args])

@@ -10,19 +10,41 @@ from softcapgrad.cli.common import bounded, emit, InputError, Json, not_with, pi
 FILES = ("parity.json", "parity.md", "figures/parity.png")
 
 
+VERBS = {"ignored": "ignored", "different": "altered", "not finite": "gave non-finite logits with",
+         "ignores the folder's caps": "reads from its own config, not the folder,"}
+BAD = tuple(VERBS)
+
+
 def _fix(rows: list[dict], bad: dict) -> str:
     """The route of the same engine that keeps this cap, as the setting to change."""
+    if bad["verdict"] == "ignores the folder's caps":
+        return "the cap is set in the engine's own model config, whatever the folder says"
     keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
              and r["cap"] == bad["cap"] and r["verdict"] == "applied"]
-    return f"; route {keeps[0]} keeps it" if keeps else "; no route of it tried here keeps it"
+    return f"route {keeps[0]} keeps it" if keeps else "no route of it tried here keeps it"
+
+
+def _grouped(rows: list[dict], picked: list[dict], say) -> list[str]:
+    """One phrase per engine, route, cap and verdict, naming every model type it holds for."""
+    groups: dict = {}
+    for r in picked:
+        groups.setdefault((r["engine"], r["route"], r["cap"], say(r)), []).append(r)
+    out = []
+    for (engine, route, cap, what), found in groups.items():
+        models = ", ".join(dict.fromkeys(r["model"] for r in found))
+        fixes = sorted({_fix(rows, r) for r in found})
+        out.append(f"{engine} ({route}) {what} the {cap} cap of {models}; {' / '.join(fixes)}")
+    return out
 
 
 def _answer(results) -> tuple[str, ...]:
     rows = [r for p in results for r in p.rows]
-    bad = [f"{r['engine']} ({r['route']}) {r['verdict']} the {r['cap']} cap of {r['model']}"
-           + (f" ({r['hint']})" if r.get("hint") else "") + _fix(rows, r)
-           for r in rows if r["verdict"] in ("ignored", "different", "not finite")]
-    bad += [f"{r['engine']} applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
+    bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD],
+                   lambda r: f"matched '{r['fits']}' on" if r.get("fits") else VERBS[r["verdict"]] + (
+                       " (" + r["hint"] + ")" if r["verdict"] == "different" and
+                       r.get("hint", "").startswith(("matches ", "closest to ")) and
+                       not r["hint"].startswith("matches none") else ""))
+    bad += [f"{r['engine']} ({r['route']}) applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})
     missing = sorted({r["engine"] for r in rows if r["verdict"] == "could not run"})
@@ -109,6 +131,7 @@ def parity(
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens of the random input.")] = 16,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the weights and token ids (default 0).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds each engine route may take, conversion included.")] = 300.0,
+    jobs: Annotated[int, typer.Option(help="Engine routes run at a time (each engine child uses one thread).")] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
     server: Annotated[Optional[str], typer.Option(
         "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead.")] = None,
@@ -132,6 +155,7 @@ def parity(
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
+            not_with({"--jobs": None if jobs == 1 else jobs}, "with --server")
             return _served(directory, server, server_model, engine, model_type, install, out, set_, seq_len, seed,
                            timeout)
         known = catalog.engines()
@@ -149,6 +173,7 @@ def parity(
         s = seed_in_range(seed)
         if not 1 <= timeout <= 3600:
             raise InputError(f"--timeout {timeout:g}: must lie in 1..3600 seconds")
+        j = bounded("--jobs", jobs, 1, 16)
         if out is not None:
             writable_folder(out, "--out")
         sources = []
@@ -169,7 +194,7 @@ def parity(
             total = sum(len(e.routes) for e in chosen) * len(sources)
             with runner.terminations(), progress.task("parity: engines", total) as advance:
                 for label, src in sources:
-                    results.append(run.measure(src, chosen, states, n, s, timeout, label, advance))
+                    results.append(run.measure(src, chosen, states, n, s, timeout, label, advance, j))
         finally:
             torch.set_num_threads(threads)
         params = {"model": str(directory) if directory else types, "set": set_ or [], "engines": names,
@@ -203,6 +228,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
     server.base_url(url)
     not_with({"--engine": engine, "--model-type": model_type, "--install": install or None, "--out": out},
              "with --server")
+    not_with({"--set": sets}, "with --server: the server runs DIR's config as it is, and the reference must too")
     if directory is None:
         raise InputError("--server needs the model directory DIR it serves: the server's weights are unknown here")
     n = bounded("--seq-len", seq_len, 2, 512)
@@ -212,7 +238,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
     src = audit.source(directory, None, sets or [])
     reference.check(src.config)
     served = serving.check(src, url, model, n, s, timeout)
-    params = {"model": str(directory), "set": sets or [], "server": served.url, "server_model": model,
+    params = {"model": str(directory), "server": served.url, "server_model": model,
               "seq_len": n, "seed": s, "timeout": timeout}
     return Report(command="parity", params=params,
                   tables=(Table("rows", f"verdict per cap on the server's top {served.judged['k']}", served.rows,

@@ -91,8 +91,10 @@ CATALOG: dict[str, Engine] = {e.name: e for e in (
     Engine("llamacpp", "llamacpp", "llamacpp",
            (Route("default", "llama.cpp's convert_hf_to_gguf.py with its default --outtype auto (f16 tensors here), "
                              "llama_cpp.Llama defaults: flash attention off, f16 KV cache", "fp16", once=FP16_TABLE),
-            Route("f32", "--outtype f32; flash attention off, f16 KV cache", once=FP16_TABLE),
-            Route("f32-fa", "--outtype f32; flash_attn=True, f16 KV cache", once=FP16_TABLE),
+            Route("f32", "--outtype f32; flash attention off, f16 KV cache (keys and values rounded to fp16: "
+                         "judged as an fp16 row)", "fp16", once=FP16_TABLE),
+            Route("f32-fa", "--outtype f32; flash_attn=True, f16 KV cache (judged as an fp16 row)", "fp16",
+                  once=FP16_TABLE),
             Route("f32-kv32", "--outtype f32; flash attention off, f32 KV cache", once=FP16_TABLE),
             Route("q8_0", "--outtype q8_0; flash attention off, f16 KV cache", "q8_0", once=FP16_TABLE),
             Route("q8_0-fa", "--outtype q8_0; flash_attn=True, f16 KV cache", "q8_0", once=FP16_TABLE)),

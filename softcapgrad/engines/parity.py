@@ -43,11 +43,62 @@ def prepare(src, seq_len: int, seed: int, work: Path):
     ids = audit.random_ids(src.config, 1, seq_len, seed).numpy().reshape(-1)
     scales = ref.bind(model, ids)
     reference = ref.reference(model, ids, scales)
+    if reference.alternatives:
+        reference.alternatives.update(window_alternatives(model, ids))
+        reference.final_alternatives.update(swapped_alternatives(model, ids))
     runner.write_ids(work, ids)
     for variant in variants(reference):
         folder = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
         write_tokenizer(folder, model.config.to_dict())  # engines load a tokenizer beside the weights
     return reference
+
+
+WINDOWS = ("sliding_window", "attention_window_size")  # the config fields (and module attributes) of a local window
+
+
+def window_alternatives(model, ids) -> dict:
+    """What an engine that drops the local layers' sliding window computes, with and without the attention cap
+    (final cap off, as the attention check compares; and with it, for engines judged on their capped run):
+    the window set far beyond the inputs on the config and on every module that keeps its own copy, then
+    restored."""
+    import contextlib
+
+    saved = [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
+             if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
+    if not saved:
+        return {}
+    with contextlib.ExitStack() as restore:
+        restore.callback(lambda: [setattr(h, f, v) for h, f, v in saved])
+        for h, f, _ in saved:
+            setattr(h, f, 10 * ref.MAX_TOKENS)
+        forms = {"the sliding window not applied": ref.logits(model, ids, off=("final",)),
+                 "the sliding window and the attention cap both dropped": ref.logits(model, ids, off=ref.CAPS)}
+        if model.config.final_logit_softcapping is not None:  # the same with the final cap on (verdict.CAPPED)
+            forms[verdict.CAPPED + "the sliding window not applied"] = ref.logits(model, ids)
+            forms[verdict.CAPPED + "the sliding window and the attention cap both dropped"] = ref.logits(
+                model, ids, off=("attention",))
+        return forms
+
+
+def swapped_alternatives(model, ids) -> dict:
+    """The model with the two caps' values exchanged (the attention cap at the final cap's value and the reverse),
+    as a library that maps the fields the other way round computes it, with the final cap on the logits and on the
+    final hidden state before the output projection (names start with ``verdict.SWAPPED``)."""
+    attention = [m for m in model.modules() if getattr(m, "attn_logit_softcapping", None) is not None]
+    c_final = model.config.final_logit_softcapping
+    if not attention or c_final is None:
+        return {}
+    c_attention = attention[0].attn_logit_softcapping
+    try:
+        for m in attention:
+            m.attn_logit_softcapping = c_final
+        model.config.final_logit_softcapping = c_attention
+        return {verdict.SWAPPED: ref.logits(model, ids),
+                verdict.SWAPPED + ", the final cap on the final hidden state": ref.hidden_capped(model, ids)}
+    finally:
+        for m in attention:
+            m.attn_logit_softcapping = c_attention
+        model.config.final_logit_softcapping = c_final
 
 
 def variants(reference) -> list[str]:
@@ -60,7 +111,7 @@ def variants(reference) -> list[str]:
 def _info(engine, route, state) -> dict:
     return {"engine": engine.name, "route": route.id, "how": route.text, "precision": route.precision,
             "environment": engine.environment, "versions": dict(state.versions) if state else {},
-            "did": "", "cpu_s": None, "wall_s": None, "reason": None}
+            "did": "", "cpu_s": None, "wall_s": None, "reason": None, "failed": {}}
 
 
 def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> tuple[list, dict]:
@@ -87,32 +138,46 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> t
         return verdict.no_architecture(reference, outcome.reason), info
     if outcome.reason:
         return verdict.could_not_run(reference, outcome.reason), info
-    logits = {variant: outcome.logits[FOLDERS[variant]] for variant in variants(reference)}
+    logits = {v: outcome.logits[FOLDERS[v]] for v in variants(reference) if FOLDERS[v] in outcome.logits}
+    failed = {v: str(outcome.info["failed"][FOLDERS[v]]) for v in variants(reference)
+              if FOLDERS[v] in (outcome.info.get("failed") or {})}
+    info["failed"] = failed
     shape = reference.logits["capped"].shape
     wrong = [v.shape for v in logits.values() if v.shape != shape]
     if wrong:
         info["reason"] = f"logits of shape {wrong[0]}, expected {shape}"
         return verdict.could_not_run(reference, info["reason"]), info
     judged = catalog.Route(route.id, route.text, info["precision"], route.argument, route.once)
-    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit), info
+    output = str(outcome.info.get("output", "logits"))
+    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit, failed, output), info
 
 
 def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: float, label: str,
-            advance=None) -> Parity:
-    """Every route of every engine on one model; ``states`` maps an environment to its State (None: absent)."""
+            advance=None, jobs: int = 1) -> Parity:
+    """Every route of every engine on one model; ``states`` maps an environment to its State (None: absent).
+    ``jobs`` routes run at a time (each engine child is one thread); the rows come in catalog order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     with tempfile.TemporaryDirectory(prefix="softcapgrad-parity-") as tmp:
         work = Path(tmp)
         reference = prepare(src, seq_len, seed, work)
         result = Parity(label, reference)
-        for engine in engines:
-            for route in engine.routes:
-                rows, info = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout)
-                for row in rows:
-                    row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]))
-                result.rows.extend(rows)
-                result.engines.append({**info, "model": label})
-                if advance:
-                    advance()
+        pairs = [(engine, route) for engine in engines for route in engine.routes]
+
+        def one(pair):
+            engine, route = pair
+            done = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout)
+            if advance:
+                advance()
+            return done
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            outcomes = list(pool.map(one, pairs))
+        for (engine, route), (rows, info) in zip(pairs, outcomes):
+            for row in rows:
+                row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]))
+            result.rows.extend(rows)
+            result.engines.append({**info, "model": label})
     return result
 
 

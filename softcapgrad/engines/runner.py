@@ -9,7 +9,8 @@ exception, Ctrl-C or SIGTERM in the parent), so nothing it started outlives the 
 
 A crash, a hang or an engine that writes nothing is an :class:`Outcome` with its reason (the
 adapter's ``reason:`` line, else the last line it printed, else the signal), never an exception.
-CPU time is the child's own (user + system, from the kernel's accounting of children).
+CPU time is the child's own (user + system, from the kernel's accounting of that one process), so
+routes may run side by side.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -82,20 +82,39 @@ def prepare(work: Path, inputs: Path, variants: list[str]) -> Path:
     return work
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _kill(child: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and whatever it started
 
 
+def _wait(child: subprocess.Popen, timeout: float) -> tuple[bytes, float, bool]:
+    """The child's stderr, its own CPU time (user + system, with the descendants it waited for, from the
+    kernel's accounting of that one process: other children running at the same time do not count) and
+    whether it ran past ``timeout`` (then it and its group are killed)."""
+    import threading
+
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.append(child.stderr.read()), daemon=True)
+    reader.start()
+    deadline, late = time.monotonic() + timeout, False
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            child.returncode = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline and not late:
+            _kill(child)
+            late = True
+        time.sleep(0.02)
+    _kill(child)  # what it started and left behind
+    reader.join(10.0)
+    return b"".join(chunks), usage.ru_utime + usage.ru_stime, late
+
+
 def run(python: Path | str, adapter: str | Path, route: str, work: Path, variants: list[str],
         timeout: float = TIMEOUT) -> Outcome:
     """The adapter's ``route`` on each variant folder under ``work``; logits read back without pickle."""
-    cpu0, wall0 = _children_cpu(), time.perf_counter()
+    wall0 = time.perf_counter()
     try:
         child = subprocess.Popen(command(python, adapter, work, route, variants), cwd=work,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -103,18 +122,18 @@ def run(python: Path | str, adapter: str | Path, route: str, work: Path, variant
     except OSError as err:
         return Outcome({}, {}, f"could not start {python}: {err.strerror}", 1, 0.0, 0.0)
     try:
-        try:
-            _, err = child.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill(child)
-            _, err = child.communicate()
-            return Outcome({}, {}, f"no answer in {timeout:.0f} s (stopped)", -9, _children_cpu() - cpu0,
-                           time.perf_counter() - wall0, _tail(err))
+        err, cpu, late = _wait(child, timeout)
     finally:
         _kill(child)  # on every way out, an exception or a signal in the parent included
-        if child.poll() is None:
-            child.wait()
-    cpu, wall = _children_cpu() - cpu0, time.perf_counter() - wall0
+        if child.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child.pid, 0)
+            child.returncode = -9
+        if child.stderr:
+            child.stderr.close()
+    wall = time.perf_counter() - wall0
+    if late:
+        return Outcome({}, {}, f"no answer in {timeout:.0f} s (stopped)", -9, cpu, wall, _tail(err))
     if child.returncode != 0:
         return Outcome({}, {}, last_line(err, child.returncode), child.returncode, cpu, wall, _tail(err))
     return _read(work / "out" / route, variants, cpu, wall, _tail(err))
@@ -130,7 +149,10 @@ def _read(out: Path, variants: list[str], cpu: float, wall: float, tail: list) -
     except (OSError, ValueError) as error:
         return Outcome({}, {}, f"the engine exited 0 but wrote no readable info.json ({error})", 0, cpu, wall, tail)
     logits = {}
+    failed = info.get("failed") if isinstance(info, dict) and isinstance(info.get("failed"), dict) else {}
     for variant in variants:
+        if variant in failed:
+            continue
         try:
             values = np.load(out / f"{variant}.npy", allow_pickle=False)
         except (OSError, ValueError) as error:

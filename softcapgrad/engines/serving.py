@@ -17,7 +17,7 @@ from softcapgrad.engines.vocabulary import vocabulary
 
 KEEPS = {"final": ("capped", "attention off"), "attention": ("capped", "final off")}  # variants with the cap on
 DROPS = {"final": ("final off", "uncapped"), "attention": ("attention off", "uncapped")}
-RATIO = 10.0  # the nearest variant must fit ten times better than every variant on the other side
+RATIO = verdict.RATIO  # the nearest variant must fit this many times better than every variant on the other side
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,11 @@ Verdicts: *applied* (within tolerance of the capped form), *ignored* (within tol
 uncapped form), *different* (neither; the nearest of a few known alternatives is named when it
 matches: the cap in bf16 or fp16, a hard clip, x/√(1+x²)), *not finite*, *not bound* (the reference
 cannot tell the cap from its absence on these inputs), *unused by transformers* (the field is set but
-the reference model never applies it), or *could not run*.
+the reference model never applies it), *ignores the folder's caps* (the folder with its final cap
+switched off gives the engine's output unchanged: the engine takes its caps from elsewhere, such as a
+named config of its own; its attention cap is then judged on its capped output against transformers'
+capped model with and without the attention cap), or *could not run* (per variant: a row that needs
+a variant the engine could not run says which and why; the other row is judged).
 
 Tolerances: a log-prob is a logit minus a log-sum-exp, so an error of δ in every logit moves it by
 at most 2δ. The final cap's check is its own arithmetic at the scale c (a division, a tanh and a
@@ -32,9 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softcapgrad.engines.forms import ALTERNATIVE_UNITS, ALTERNATIVES, _round, cap_in, exact_cap  # noqa: F401
+
 K = 16
 FP32 = 2.0 ** -24
+RATIO = 10.0  # a low-precision row nearer one reference by this factor is judged by it (as a server's answer is)
 MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
+SWAPPED = "the two caps' values swapped"  # a whole-model form that alters the attention cap as well
+CAPPED = "with the final cap: "  # an attention alternative computed with the final cap on (engines judged capped)
+LN_TINY = float(np.log(2.0 ** -149))  # log of the smallest fp32 subnormal: below it a probability is 0 in fp32
 
 
 def log_probs(z: np.ndarray) -> np.ndarray:
@@ -46,36 +56,6 @@ def log_probs(z: np.ndarray) -> np.ndarray:
 def tolerance(unit: float, scale: float, roundings: float = K, once: float = 0.0) -> float:
     """2δ with δ = (roundings·unit + once)·scale: the largest log-prob error allowed."""
     return 2 * (roundings * unit + once) * scale
-
-
-def _round(x: np.ndarray, fmt: str) -> np.ndarray:
-    import ml_dtypes
-
-    kind = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}[fmt]
-    return np.asarray(x, dtype=np.float32).astype(kind).astype(np.float64)
-
-
-def cap_in(fmt: str):
-    """c·tanh(a/c) with a, a/c, the tanh and the product each rounded to ``fmt``."""
-    def f(a, c):
-        x = _round(_round(a, fmt) / _round(np.float64(c), fmt), fmt)
-        return _round(_round(np.tanh(x), fmt) * _round(np.float64(c), fmt), fmt)
-    return f
-
-
-ALTERNATIVES = {  # final-cap forms an engine might compute instead, on the engine's own a (float64)
-    "the cap computed in bf16": cap_in("bf16"),
-    "the cap computed in fp16": cap_in("fp16"),
-    "a hard clip to [-c, c]": lambda a, c: np.clip(a, -c, c),
-    "c·x/sqrt(1+x²) instead of tanh": lambda a, c: a / np.sqrt(1 + (a / c) ** 2),
-    "x·tanh(x/c) instead of c·tanh(x/c)": lambda a, c: a * np.tanh(a / c),
-    "the cap applied twice": lambda a, c: exact_cap(exact_cap(a, c), c),
-}
-ALTERNATIVE_UNITS = {"the cap computed in bf16": 2.0 ** -8, "the cap computed in fp16": 2.0 ** -11}
-
-
-def exact_cap(a: np.ndarray, c: float) -> np.ndarray:
-    return c * np.tanh(np.asarray(a, dtype=np.float64) / c)
 
 
 @dataclass(frozen=True)
@@ -96,7 +76,12 @@ def top(lp: np.ndarray, k: int) -> np.ndarray | None:
 
 
 def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = None) -> Error:
-    diff = np.abs(lp - reference_lp)
+    """The largest |Δ log-prob|, leaving out entries where both sides lie below LN_TINY: a probability under
+    the smallest fp32 number is zero in any fp32 softmax, so an engine that returns log-probabilities gives
+    -inf there, and no fp32 computation tells those entries apart."""
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(lp - reference_lp)
+    diff = np.where((lp <= LN_TINY) & (reference_lp <= LN_TINY), 0.0, diff)
     if mask is not None:
         diff = np.where(mask, diff, 0.0)
     t, v = np.unravel_index(int(np.argmax(diff)), diff.shape)
@@ -104,7 +89,8 @@ def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = No
 
 
 def _nonfinite(*arrays) -> int:
-    return int(sum(np.size(a) - np.isfinite(a).sum() for a in arrays))
+    """NaN and +inf entries; -inf is a log-probability's zero and is judged by the comparison (``error``)."""
+    return int(sum(np.isnan(a).sum() + np.isposinf(a).sum() for a in arrays))
 
 
 def _row(cap: str, c, verdict: str, applied: Error | None, ignored: Error | None, tol: float, **extra) -> dict:
@@ -164,8 +150,10 @@ def _nearest(lp: np.ndarray, a: np.ndarray, c: float, exact: float, mask=None, u
 
 
 def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: float, uncapped=None, k: int = 0,
-                      unit: float = FP32) -> dict:
-    """The attention cap: the engine without its final cap against the reference with and without the attention cap."""
+                      unit: float = FP32, against: tuple[str, str] = ("final off", "uncapped")) -> dict:
+    """The attention cap: the engine without its final cap against the reference with and without the attention
+    cap (``against``: the reference variants with and without it; the capped pair for an engine that keeps its
+    own final cap whatever the folder says)."""
     if c is None:
         return _row("attention", None, "not set", None, None, 0.0, hint="")
     bad = _nonfinite(final_off)
@@ -173,13 +161,27 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         return _unused(final_off, c, reference, once, bad, uncapped)
     if bad:
         return _row("attention", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
-    on, off = reference.logits["final off"], reference.logits["uncapped"]
+    on, off = reference.logits[against[0]], reference.logits[against[1]]
     tol = tolerance(unit, float(np.abs(on).max()), reference.width, once)
     lp = log_probs(final_off)
     mask = top(lp, k)
     applied, ignored = error(lp, log_probs(on), mask), error(lp, log_probs(off), mask)
     separation = error(log_probs(on), log_probs(off), mask).value
     extra = {"separation": separation}
+    if separation <= 10 * tol and unit > FP32 and separation > 10 * tolerance(FP32, float(np.abs(on).max()),
+                                                                              reference.width, once):
+        # the worst-case bound of a low precision spans the cap's effect, which fp32 tells apart: which
+        # reference the engine is nearer to, by the factor a server's answer is judged by
+        said = (f"the worst-case rounding bound of this precision ({tol:.3g}) exceeds a tenth of the cap's effect "
+                f"({separation:.3g}): judged by which reference is {RATIO:g} times nearer")
+        if applied.value * RATIO < ignored.value:
+            return _row("attention", c, "applied", applied, ignored, tol, hint=said, **extra)
+        if ignored.value * RATIO < applied.value:
+            return _row("attention", c, "ignored", applied, ignored, tol, hint=said, **extra)
+        return _row("attention", c, "not bound", applied, ignored, tol, **extra,
+                    hint=f"in this precision neither reference is {RATIO:g} times nearer ({applied.value:.3g} from "
+                         f"the capped, {ignored.value:.3g} from the uncapped); its worst-case rounding bound "
+                         f"({tol:.3g}) spans the cap's effect ({separation:.3g})")
     if separation <= 10 * tol:
         return _row("attention", c, "not bound", applied, ignored, tol,
                     hint="on these inputs the reference cannot tell the cap from its absence", **extra)
@@ -187,14 +189,25 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         return _row("attention", c, "applied", applied, ignored, tol, hint="", **extra)
     if ignored.value <= tol:
         return _row("attention", c, "ignored", applied, ignored, tol, hint="", **extra)
+    forms = _forms(reference.alternatives, against[0] != "final off")
     fits = []
-    for name, logits in reference.alternatives.items():
+    for name, logits in forms.items():
         e = error(lp, log_probs(logits), mask).value
         if e <= MATCH * applied.value:
             fits.append((e, name))
     hint = (f"closest to {min(fits)[1]} ({min(fits)[0]:.2g})" if fits
-            else "matches none of: " + "; ".join(reference.alternatives))
+            else "matches none of: " + "; ".join(forms))
+    if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
+        extra["fits"] = min(fits)[1]
     return _row("attention", c, "different", applied, ignored, tol, hint=hint, **extra)
+
+
+def _forms(alternatives: dict, capped: bool) -> dict:
+    """The attention alternatives to compare: those computed with the final cap off, or (``capped``) those
+    computed with it on, named ``CAPPED + name``, the prefix left out."""
+    if not capped:
+        return {k: v for k, v in alternatives.items() if not k.startswith(CAPPED)}
+    return {k[len(CAPPED):]: v for k, v in alternatives.items() if k.startswith(CAPPED)}
 
 
 def _unused(final_off: np.ndarray, c: float, reference, once: float, bad: int, uncapped=None) -> dict:
@@ -221,17 +234,139 @@ def _unused(final_off: np.ndarray, c: float, reference, once: float, bad: int, u
     return _row("attention", c, "unused by transformers", None, e, tol, hint=hint)
 
 
-def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, unit: float = FP32) -> list[dict]:
+def keeps_own_final_cap(capped: np.ndarray, final_off: np.ndarray, reference, unit: float = FP32,
+                        once: float = 0.0) -> float | None:
+    """The engine's two runs' largest log-prob difference, where the folder without its final cap gives the same
+    output as the folder with it although transformers' two differ by far more, and that output is still bounded
+    by c (None otherwise): the engine takes its cap from somewhere else than the folder (its own named config), so
+    its "final off" run is no pre-cap a. An engine that drops the cap also gives two equal runs, but unbounded
+    ones: transformers' pre-cap logits reach several times c here. The bound allows one rounding of the tanh
+    and one of the product in the engine's format."""
+    c = reference.caps["final"]
+    if c is None or _nonfinite(capped, final_off):
+        return None
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    same = error(log_probs(capped), log_probs(final_off)).value
+    apart = error(log_probs(reference.logits["capped"]), log_probs(reference.logits["final off"])).value
+    bounded = float(np.abs(final_off).max()) <= c * (1 + 4 * unit)
+    return same if same <= tol and apart > 10 * tol and bounded else None
+
+
+def _own_cap_row(capped: np.ndarray, c: float, same: float, reference, k: int, unit: float, once: float) -> dict:
+    """The final cap of an engine that ignores the folder's caps: its output against transformers' capped model."""
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    lp = log_probs(capped)
+    mask = top(lp, k)
+    applied = error(lp, log_probs(reference.logits["capped"]), mask)
+    ignored = error(lp, log_probs(reference.logits["final off"]), mask)
+    agrees = ("its output matches transformers' capped model: the cap it applies is its own config's, equal here "
+              "to the folder's" if applied.value <= tol else
+              f"its output differs from transformers' capped model by {applied.value:.3g} in log-prob")
+    hint = (f"the folder with its final cap switched off gives the same output (largest log-prob difference "
+            f"{same:.2g}): the engine reads no cap from the folder; {agrees}")
+    return _row("final", c, "ignores the folder's caps", applied, ignored, tol, hint=hint)
+
+
+def _final_from_reference(capped: np.ndarray, c: float, reference, k: int, unit: float, once: float,
+                          said: str, pair: tuple[str, str] = ("capped", "final off")) -> dict:
+    """The final cap where the engine's own pre-cap a is unknown: it returns log-probabilities (a log-softmax
+    loses the shift, and c·tanh(a/c) depends on it), or it could not run the folder without the cap. Its
+    capped run is judged against transformers' capped and final-off models (``pair``; without the attention
+    cap where the engine was found to drop it), at the whole model's tolerance."""
+    if _nonfinite(capped):
+        return _row("final", c, "not finite", None, None, 0.0, hint=f"{_nonfinite(capped)} non-finite log-probs")
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    lp = log_probs(capped)
+    mask = top(lp, k)
+    forms = {**reference.logits, **reference.alternatives}
+    applied = error(lp, log_probs(forms[pair[0]]), mask)
+    ignored = error(lp, log_probs(forms[pair[1]]), mask)
+    if applied.value <= tol:
+        return _row("final", c, "applied", applied, ignored, tol, hint=said)
+    if ignored.value <= tol:
+        return _row("final", c, "ignored", applied, ignored, tol, hint=said)
+    return _row("final", c, "different", applied, ignored, tol, hint=said)
+
+
+def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, unit: float = FP32,
+             failed: dict | None = None, output: str = "logits") -> list[dict]:
     """Both caps' rows for one engine's logits {"capped": ..., "final off": ...}, each with the engine's
-    largest |logit| (a capped model's never exceed c)."""
-    capped, final_off = outcome_logits["capped"], outcome_logits["final off"]
-    rows = [attention_verdict(final_off, reference.caps["attention"], reference, once,
-                              outcome_logits.get("uncapped"), k, unit),
-            final_verdict(capped, final_off, reference.caps["final"], reference, k, unit, once)]
-    largest = float(np.nanmax(np.abs(capped))) if np.isfinite(capped).any() else None
+    largest |logit| (a capped model's never exceed c). ``failed`` names the variants the engine could not run,
+    with their reasons: the rows that need them say so, the others are judged."""
+    failed = failed or {}
+    capped, final_off = outcome_logits.get("capped"), outcome_logits.get("final off")
+    caps = reference.caps
+    same = None if capped is None or final_off is None else keeps_own_final_cap(capped, final_off, reference, unit,
+                                                                                 once)
+    if final_off is None and capped is None:
+        attention = _failed("attention", caps["attention"], "final off", failed)
+    elif final_off is None or same is not None:
+        attention = attention_verdict(capped, caps["attention"], reference, once, None, k, unit,
+                                      against=("capped", "attention off"))
+    else:
+        attention = attention_verdict(final_off, caps["attention"], reference, once,
+                                      outcome_logits.get("uncapped"), k, unit)
+    if capped is None:
+        final = _failed("final", caps["final"], "capped", failed)
+    elif same is not None:
+        final = _own_cap_row(capped, caps["final"], same, reference, k, unit, once)
+    elif (final_off is None or output == "logprobs") and caps["final"] is not None:
+        said = ("log-probabilities only: judged against transformers' capped and uncapped models, not its own a"
+                if final_off is not None else
+                f"the folder without its final cap could not run ({failed.get('final off', 'no logits')}): "
+                "judged against transformers' capped and uncapped models")
+        pair = ("attention off", "uncapped") if attention["verdict"] == "ignored" else ("capped", "final off")
+        fits = attention.get("fits")
+        if fits and CAPPED + fits in reference.alternatives and fits in reference.alternatives:
+            pair = (CAPPED + fits, fits)  # upstream as the engine computes it, with and without the final cap
+            said += f", both as {fits}"
+        final = _final_from_reference(capped, caps["final"], reference, k, unit, once, said, pair)
+    elif final_off is None:
+        final = _row("final", None, "not set", None, None, 0.0, hint="")
+    else:
+        final = final_verdict(capped, final_off, caps["final"], reference, k, unit, once)
+    if capped is not None and final["verdict"] in ("ignores the folder's caps", "different") and (
+            same is not None or final_off is None or output == "logprobs"):
+        _whole_form(capped, attention, final, reference, k, unit, once)
+    rows = [attention, final]
+    if "uncapped" in failed and attention["verdict"] == "unused by transformers":
+        attention["hint"] += f"; the folder without any cap could not run: {failed['uncapped']}"
+    shown = capped if capped is not None else final_off
+    finite = np.abs(shown[np.isfinite(shown)])
+    largest = None if output == "logprobs" or not finite.size else float(finite.max())
     for row in rows:
         row.update(max_logit=largest, top_k=k)
     return rows
+
+
+def _whole_form(capped: np.ndarray, attention: dict, final: dict, reference, k: int, unit: float,
+                once: float) -> None:
+    """Where an engine's capped run alone is judged and differs from transformers: the named whole-model form
+    (the final cap on another tensor, the two caps' values swapped) it matches at the model's tolerance, said
+    on both rows; a form that keeps the attention cap makes the attention row applied."""
+    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    lp = log_probs(capped)
+    mask = top(lp, k)
+    fits = sorted((error(lp, log_probs(v), mask).value, name) for name, v in reference.final_alternatives.items())
+    if not fits or fits[0][0] > tol or final["verdict"] == "applied":
+        return
+    e, name = fits[0]
+    said = f"matches {name} ({e:.2g})"
+    final["hint"] = said if final["verdict"] == "different" else f"{final['hint']}; {said}"
+    if attention["c"] is None or attention["verdict"] in ("not set", "unused by transformers"):
+        return
+    if name.startswith(SWAPPED):
+        attention.update(verdict="different", hint=said)
+    elif attention["verdict"] == "different":
+        attention.update(verdict="applied", error=e,
+                         hint=f"judged with the final cap as the engine computes it: {said}")
+
+
+def _failed(cap: str, c, variant: str, failed: dict) -> dict:
+    if c is None:
+        return _row(cap, None, "not set", None, None, 0.0, hint="")
+    what = {"capped": "the folder as it is", "final off": "the folder without its final cap"}[variant]
+    return _row(cap, c, "could not run", None, None, 0.0, hint=f"{what}: {failed.get(variant, 'no logits')}")
 
 
 def could_not_run(reference, reason: str, verdict: str = "could not run") -> list[dict]:

@@ -187,9 +187,22 @@ def run_variant(run, variant: str) -> np.ndarray:
     source = json.loads((CONVERTER / "SOURCE.json").read_text(encoding="utf-8"))
     run.did = (f"llama.cpp's convert_hf_to_gguf.py ({source['archive']}) --outtype {outtype} on {arch} -> GGUF "
                f"{written_arch} ({types}); llama_cpp.Llama logits_all, {how}")
-    run.precision = "fp32" if types == "F32" else types.lower()  # the tensor types in the file, e.g. "f32+q8_0"
+    run.precision = coarsest(types, run.route)
     run.notes.append(f"{variant}: the converter wrote " + ", ".join(f"{written_arch}.{k} = {v}" for k, v in keys.items()))
     return values
+
+
+COARSER = ("q8_0", "fp16", "fp32")  # by unit roundoff, coarsest first (q8_0 keeps 8 bits per weight)
+
+
+def coarsest(types: str, route: str) -> str:
+    """The coarsest format on the data path: the file's tensor types (e.g. "F32+Q8_0") and the KV cache (f16
+    unless the route asks for f32), the precision the row is judged in."""
+    found = {"f16": "fp16", "f32": "fp32", "q8_0": "q8_0"}
+    formats = {found.get(t.lower(), t.lower()) for t in types.split("+")}
+    if route != "f32-kv32":
+        formats.add("fp16")
+    return next((f for f in COARSER if f in formats), sorted(formats)[0])
 
 
 if __name__ == "__main__":

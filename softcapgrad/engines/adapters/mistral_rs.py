@@ -32,13 +32,25 @@ def claimed(kind: str) -> None:
                                       f"{', '.join(sorted(names))}")
 
 
+# The decoder of Gemma's own tokenizer.json. mistral.rs refuses a lone Fuse decoder ("can't determine decoder
+# type"), which the stand-in tokenizer has; the tokenizer is parity's stand-in, not part of the model under test,
+# so it is given the decoder the published checkpoints carry (on pieces <tN> it decodes the same text).
+GEMMA_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+    {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+
+
 def folder_for(run: protocol.Run, variant: str):
-    if run.route == "default":
-        return run.folder(variant)
+    """A copy of the folder with Gemma's tokenizer decoder; on route rope-theta also rope_theta at the top."""
     folder = run.scratch(variant)
     for path in run.folder(variant).iterdir():
         if path.is_file():
             shutil.copyfile(path, folder / path.name)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer["decoder"] = GEMMA_DECODER
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    if run.route == "default":
+        return folder
     config = run.config(variant)
     theta = (config.get("rope_parameters") or {}).get("rope_theta")
     if theta is not None and "rope_theta" not in config:

@@ -8,8 +8,9 @@ imports the standard library, numpy, its engine's packages and this module only.
 
 reads ``WORK/ids.npy`` (int64 token ids) and one transformers folder ``WORK/VARIANT`` per variant,
 and writes ``WORK/out/ROUTE/VARIANT.npy`` ([tokens, vocab], logits or log-probabilities) and
-``WORK/out/ROUTE/info.json``. Exit codes: 0 done, 3 the engine has no such architecture, 1 any
-other failure; on 1 and 3 the last line on stderr is ``reason: ...``.
+``WORK/out/ROUTE/info.json``. A variant that fails is named with its reason under ``failed`` in
+info.json and the others still run. Exit codes: 0 done (at least one variant), 3 the engine has no
+such architecture, 1 every variant failed; on 1 and 3 the last line on stderr is ``reason: ...``.
 """
 
 from __future__ import annotations
@@ -86,19 +87,22 @@ def main(routes: dict[str, str], run_variant: Callable[[Run, str], np.ndarray], 
     run = Run(work, route, variants, np.load(work / "ids.npy", allow_pickle=False).astype(np.int64).reshape(-1))
     out = work / "out" / route
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        for variant in variants:
+    failed = {}
+    for variant in variants:
+        try:
             values = np.asarray(run_variant(run, variant))
             if values.ndim != 2 or values.shape[0] != run.ids.size:
                 raise ValueError(f"the engine returned an array of shape {values.shape}, expected "
                                  f"[{run.ids.size}, vocabulary]")
             np.save(out / f"{variant}.npy", values.astype(np.float64), allow_pickle=False)
-    except NoArchitecture as err:
-        return reason(f"the engine has no such architecture: {err}", NO_ARCHITECTURE)
-    except Exception as err:  # noqa: BLE001 -- any failure of the engine is the row's reason
-        traceback.print_exc(file=sys.stderr)
-        return reason(f"{type(err).__name__}: {err}", FAILED)
+        except NoArchitecture as err:
+            return reason(f"the engine has no such architecture: {err}", NO_ARCHITECTURE)
+        except Exception as err:  # noqa: BLE001 -- any failure of the engine is the variant's reason
+            traceback.print_exc(file=sys.stderr)
+            failed[variant] = " ".join(f"{type(err).__name__}: {err}".split())[:400]
+    if len(failed) == len(variants):
+        return reason(failed[variants[0]], FAILED)
     info = {"route": route, "route_text": routes[route], "did": run.did, "precision": run.precision,
-            "output": run.output, "notes": run.notes, "versions": versions(run.packages)}
+            "output": run.output, "notes": run.notes, "versions": versions(run.packages), "failed": failed}
     (out / "info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return 0
