@@ -37,6 +37,18 @@ def test_older_transformers_drop_the_attention_cap_by_default_and_eager_keeps_it
 
 
 @pytest.mark.slow
+def test_a_folder_an_older_transformers_cannot_fully_load_is_its_reason():
+    """4.57.6's Gemma 3n builds key and value projections in its KV-sharing layers that 5.x neither builds nor
+    saves: it would run them on random weights."""
+    engine = catalog.engines()["transformers-4"]
+    state = environments.ready(engine.environment, True)
+    src = audit.source(None, "gemma3n_text", ref.tiny_sets("gemma3n_text"))
+    result = parity.measure(src, [engine], {engine.environment: state}, TOKENS, 0, 600, "gemma3n_text")
+    assert {r["verdict"] for r in result.rows if r["cap"] == "final"} == {"could not run"}
+    assert all("finds no weights in the folder for" in e["reason"] for e in result.engines)
+
+
+@pytest.mark.slow
 def test_keras_hub_from_its_own_environment():
     rows, runs = _measure("kerashub")
     assert {k: r["verdict"] for k, r in rows.items()} == {("default", "attention"): "applied",

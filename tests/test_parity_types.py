@@ -88,3 +88,19 @@ def test_a_type_parity_does_not_build_is_refused_in_one_line():
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"softcapgrad: error: --model-type t5gemma: parity does not build it: {dict(ref.NOT_YET)['t5gemma']}"]
+
+
+def test_a_model_type_the_loaded_transformers_does_not_know_is_no_such_architecture(tmp_path, monkeypatch):
+    """transformers 4.57.6 has no beam, nanochat or inkling2: its refusal is "no such architecture", not a failure."""
+    from softcapgrad.engines import catalog
+
+    monkeypatch.syspath_prepend(str(catalog.ADAPTERS))
+    import protocol
+    import transformers_load
+
+    folder = tmp_path / "capped"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "no_such_model_type", "architectures": ["NoSuchForCausalLM"]}')
+    run = protocol.Run(tmp_path, "default", ["capped"], np.zeros(2, dtype=np.int64))
+    with pytest.raises(protocol.NoArchitecture, match="does not recognize this architecture"):
+        transformers_load.load(run, "capped")
