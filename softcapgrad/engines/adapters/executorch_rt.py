@@ -160,8 +160,8 @@ def _run(program, method, steps, tokens: int) -> np.ndarray:
                 if len(steps) > 1 else ""
             said = [line for line in lines if line.startswith(("KernelCall", "Attempted"))][:1] + \
                    [line for line in lines if line.startswith("Check failed") and ":" in line.rstrip(":")][:1]
-            raise RuntimeError(f"forward failed{where}: {err}; the runtime: {' | '.join(said) or 'said nothing'}; "
-                               f"the program: {_constants(program)}") from None
+            raise RuntimeError(f"forward failed{where}: {err}; the program: {_constants(program)}; "
+                               f"the runtime: {' | '.join(said) or 'said nothing'}") from None
         rows.append(out[0].float().reshape(-1, out[0].shape[-1]).numpy().copy())
     return np.concatenate(rows)[-tokens:]
 
