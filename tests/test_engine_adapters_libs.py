@@ -23,6 +23,7 @@ ENGINES = {
     "gemma_jax": set(),
     "tiny_grad": set(),
     "kerashub": {"keras", "keras_hub"},
+    "executorch_rt": {"executorch", "optimum", "torch", "transformers"},
 }
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 
