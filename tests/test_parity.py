@@ -324,3 +324,13 @@ def test_a_bf16_row_whose_bound_spans_the_cap_is_judged_by_the_nearer_reference(
         {"capped": bf16(verdict.exact_cap(reference.logits["uncapped"], 30.0)),
          "final off": bf16(reference.logits["uncapped"])}, reference, k=8, unit=2.0 ** -8)}
     assert dropped["attention"]["verdict"] == "ignored"
+
+
+def test_an_engine_that_ran_only_the_folder_without_any_cap_says_why_on_both_rows(capped):
+    _, reference = capped
+    failed = {"capped": "ValueError: no attention cap in this engine", "final off": "ValueError: the same"}
+    rows = {r["cap"]: r for r in verdict.verdicts({"uncapped": reference.logits["uncapped"]}, reference,
+                                                   failed=failed)}
+    assert {r["verdict"] for r in rows.values()} == {"could not run"}
+    assert rows["final"]["hint"] == ("the folder as it is: ValueError: no attention cap in this engine; "
+                                     "only the folder without any cap ran")

@@ -296,6 +296,14 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
     failed = failed or {}
     capped, final_off = outcome_logits.get("capped"), outcome_logits.get("final off")
     caps = reference.caps
+    if capped is None and final_off is None:  # only the folder without any cap ran: nothing to judge a cap by
+        rows = [_failed("attention", caps["attention"], "final off", failed), _failed("final", caps["final"],
+                                                                                        "capped", failed)]
+        for row in rows:
+            row.update(max_logit=None, top_k=k)
+            if row["verdict"] == "could not run":
+                row["hint"] += "; only the folder without any cap ran"
+        return rows
     same = None if capped is None or final_off is None else keeps_own_final_cap(capped, final_off, reference, unit,
                                                                                  once)
     if final_off is None and capped is None:
