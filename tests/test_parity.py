@@ -334,3 +334,12 @@ def test_an_engine_that_ran_only_the_folder_without_any_cap_says_why_on_both_row
     assert {r["verdict"] for r in rows.values()} == {"could not run"}
     assert rows["final"]["hint"] == ("the folder as it is: ValueError: no attention cap in this engine; "
                                      "only the folder without any cap ran")
+
+
+def test_a_row_beyond_its_bound_says_which_reference_it_is_nearest(capped):
+    _, reference = capped
+    noise = 0.01 * np.random.default_rng(1).standard_normal(reference.logits["uncapped"].shape)  # > fp32 bound
+    off = reference.logits["uncapped"] + noise
+    rows = _rows(reference, verdict.exact_cap(off, 30.0), off)
+    assert rows["attention"]["verdict"] == "different"
+    assert rows["attention"]["hint"].startswith("nearest the model without the attention cap")

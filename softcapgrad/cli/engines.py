@@ -37,14 +37,19 @@ def _grouped(rows: list[dict], picked: list[dict], say) -> list[str]:
     return out
 
 
+def _said(row: dict) -> str:
+    """What an engine did with a cap, in a few words: the verdict's verb and the form it matched, if any."""
+    if row.get("fits"):
+        return f"matched '{row['fits']}' on"
+    hint = (row.get("hint") or "").split("; matches none of")[0]
+    named = row["verdict"] == "different" and hint.startswith(("matches ", "closest to ", "nearest "))
+    return VERBS[row["verdict"]] + (f" ({hint})" if named and not hint.startswith("matches none") else "")
+
+
 def _answer(data: dict) -> tuple[str, ...]:
     """The finding in three sentences, from the results as parity.as_dict (or merge) gives them."""
     rows = data["rows"]
-    bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD],
-                   lambda r: f"matched '{r['fits']}' on" if r.get("fits") else VERBS[r["verdict"]] + (
-                       " (" + r["hint"] + ")" if r["verdict"] == "different" and
-                       r.get("hint", "").startswith(("matches ", "closest to ")) and
-                       not r["hint"].startswith("matches none") else ""))
+    bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD], _said)
     bad += [f"{r['engine']} ({r['route']}) applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})

@@ -197,6 +197,10 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
             fits.append((e, name))
     hint = (f"closest to {min(fits)[1]} ({min(fits)[0]:.2g})" if fits
             else "matches none of: " + "; ".join(forms))
+    if not fits and min(applied.value, ignored.value) * RATIO < max(applied.value, ignored.value):
+        near = "with" if applied.value < ignored.value else "without"
+        hint = (f"nearest the model {near} the attention cap ({min(applied.value, ignored.value):.2g} against "
+                f"{max(applied.value, ignored.value):.3g}), beyond this precision's bound; {hint}")
     if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
         extra["fits"] = min(fits)[1]
     return _row("attention", c, "different", applied, ignored, tol, hint=hint, **extra)
