@@ -168,3 +168,11 @@ def test_each_childs_cpu_time_is_its_own_when_routes_run_side_by_side(tmp_path):
                                 jobs)
     assert burnt.reason is None and slept.reason is None
     assert burnt.cpu_s >= 1.5 and slept.cpu_s < 1.0  # the sleeper's own CPU: its start-up, not the burner's loop
+
+
+def test_a_reason_in_terminal_colours_is_plain_text(tmp_path):
+    body = ("def run_variant(run, variant):\n    raise RuntimeError('\\x1b[96mThis is step 3/3\\x1b[0m of exporting')\n"
+            "raise SystemExit(protocol.main({'default': 'x'}, run_variant))\n")
+    work = _work(tmp_path)
+    outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", work, ["capped"], 120)
+    assert outcome.reason == "RuntimeError: This is step 3/3 of exporting"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -150,6 +151,8 @@ def _read(out: Path, variants: list[str], cpu: float, wall: float, tail: list) -
         return Outcome({}, {}, f"the engine exited 0 but wrote no readable info.json ({error})", 0, cpu, wall, tail)
     logits = {}
     failed = info.get("failed") if isinstance(info, dict) and isinstance(info.get("failed"), dict) else {}
+    for variant, why in failed.items():
+        failed[variant] = plain(str(why))
     for variant in variants:
         if variant in failed:
             continue
@@ -164,9 +167,17 @@ def _read(out: Path, variants: list[str], cpu: float, wall: float, tail: list) -
     return Outcome(logits, info if isinstance(info, dict) else {}, None, 0, cpu, wall, tail)
 
 
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colour codes some engines put in their messages
+
+
+def plain(text: str) -> str:
+    """A reason as plain text: without terminal escape sequences."""
+    return ESCAPES.sub("", text)
+
+
 def last_line(err: bytes, code: int) -> str:
     """The child's reason: its ``reason:`` line, or the last line it printed, or the signal that ended it."""
-    text = err.decode("utf-8", "replace").strip().splitlines()
+    text = plain(err.decode("utf-8", "replace")).strip().splitlines()
     marked = [line[len("reason: "):] for line in text if line.startswith("reason: ")]
     if marked:
         return marked[-1][:300]
