@@ -98,3 +98,35 @@ def test_tether_demo_prints_the_same_bytes_under_every_kernel_width():
         capabilities.append("avx2")
     printed = {str(c): _tether_demo_json(c) for c in capabilities}
     assert len(set(printed.values())) == 1, {c: hash(p) for c, p in printed.items()}
+
+
+_KNEES = """
+import json
+import numpy as np
+from softcapgrad.laws.knee import backend_knee
+rows = [backend_knee(np.dtype(d), "torch", [30.0], fn) for d, fn in (("float32", "tanh"), ("float64", "sigmoid"),
+                                                                     ("float64", "tanh"))]
+print(json.dumps([[r.first_saturating_input, r.varies_with_cpu] for r in rows]))
+"""
+
+
+def _torch_knees(mkl_path: str | None) -> list:
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    if mkl_path is not None:
+        env["MKL_CBWR"] = mkl_path
+    proc = subprocess.run([sys.executable, "-I", "-c", _KNEES], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_the_torch_knees_the_knee_figure_draws_do_not_move_with_mkls_code_path():
+    """MKL picks its code path by CPU, and torch's float64 tanh is MKL's: on an Intel AVX-512 CPU its knee is
+    thousands of ulps from the one MKL's AVX2 path gives. The knee figure draws torch's float32 tanh and
+    leaves out the row marked as varying; this forces MKL's paths (MKL_CBWR) in children and checks that
+    float32 tanh and float64 sigmoid give the same input on every path, and that float64 tanh is marked."""
+    torch = pytest.importorskip("torch")
+    if not torch.backends.mkl.is_available():
+        pytest.skip("this torch has no MKL")
+    paths = [_torch_knees(p) for p in (None, "COMPATIBLE", "AVX2")]
+    assert [p[:2] for p in paths[1:]] == [paths[0][:2]] * 2
+    assert [p[2][1] for p in paths] == [True] * 3 and not any(r[1] for p in paths for r in p[:2])

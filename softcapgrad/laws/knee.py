@@ -73,6 +73,20 @@ def saturation_predicate(backend: str, dtype: np.dtype, fn: str = "tanh"):
     raise ValueError(backend)
 
 
+def varies_with_cpu(backend: str, dtype: np.dtype, fn: str) -> bool:
+    """Whether this backend's answer depends on the CPU it runs on, not only on its version.
+
+    torch's float64 tanh on a build with MKL is MKL's vector math, whose code path MKL picks per CPU:
+    with torch 2.13.0 setting MKL_CBWR (AVX2 or AVX512) moves the float64 knee by thousands of ulps,
+    while float32 tanh and float64 sigmoid stay bit for bit (tests/test_cpu_independence.py measures both).
+    """
+    if backend != "torch" or fn != "tanh" or dtype != np.dtype(np.float64):
+        return False
+    import torch
+
+    return torch.backends.mkl.is_available()
+
+
 @dataclass(frozen=True)
 class BackendKnee:
     dtype: str
@@ -88,6 +102,7 @@ class BackendKnee:
     horizons: list[dict] = field(default_factory=list)  # cap·first_saturating_input
     saturated_run_start: float | None = None  # where the run of 1.0s up to the searched end begins
     source: str = "measured"  # or "recorded on <device>", "not measured"
+    varies_with_cpu: bool = False  # the same versions give another answer on another CPU (varies_with_cpu)
 
 
 StackKnee = Callable[[np.dtype, str, list[float], str], BackendKnee]
@@ -119,6 +134,7 @@ def backend_knee(dtype: np.dtype, backend: str, caps: list[float], fn: str = "ta
         checked=switch.checked,
         horizons=[{"cap": c, "horizon": None if first is None else c * first} for c in caps],
         saturated_run_start=switch.run_start,
+        varies_with_cpu=varies_with_cpu(backend, dtype, fn),
     )
 
 
@@ -272,6 +288,9 @@ def knee_report(dtypes: list[np.dtype], caps: list[float], backends: list[str], 
             "monotone: every searched value past the switch also saturates (whole format when enumerated, ±4096 values"
             " when bisected)",
             *(f"{', '.join(dict.fromkeys(paths))}: {why}" for why, paths in absent.items()),
+            *(("torch float64 tanh is MKL's vector math here, whose code path MKL picks by CPU (MKL_CBWR sets it):"
+               " that row is this CPU's answer, another CPU's may differ",)
+              if any(b["varies_with_cpu"] for b in backend_rows) else ()),
         ),
         answer=(*knee_answer(rows, horizon_rows)[:2], *stacks_sentence(backend_rows)),
     )

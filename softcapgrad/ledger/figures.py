@@ -64,10 +64,13 @@ def knee_figure(knee: Report):
                label="exact atanh(1 − ε₋/2)" if fn == "tanh" else "exact logit(1 − ε₋/2)")
     for backend, marker in (("numpy", "x"), ("torch", "+")):
         pts = [b for b in backends if b["backend"] == backend and b["dtype"] in pos]
+        left_out = [b["dtype"] for b in pts if b.get("varies_with_cpu")]  # the figure is the same on every CPU
+        pts = [b for b in pts if not b.get("varies_with_cpu")]
         if not pts:
             continue
         ax.scatter([pos[b["dtype"]] for b in pts], [b["first_saturating_input"] for b in pts], marker=marker, s=60,
-                   label=f"{backend}: first input stored as 1.0")
+                   label=f"{backend}: first input stored as 1.0"
+                         + (f" ({', '.join(left_out)} not drawn: it depends on the CPU)" if left_out else ""))
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=7)
     ax.set_ylabel(f"x where {fn}(x) is stored as 1.0 (dimensionless)")
     ax.set_title("The document's knee formula sits below every real knee; fp32 backends differ" if fn == "tanh"
