@@ -91,3 +91,20 @@ def test_update_replaces_only_the_engines_measured_again():
         ("onnx", "gemma2", "applied"), ("onnx", "gemma2", "applied"),
         ("transformers", "vaultgemma", "applied"), ("transformers", "vaultgemma", "applied")]
     assert [m["model"] for m in merged["models"]] == ["gemma2", "vaultgemma"]
+
+
+def test_the_answer_never_calls_a_row_its_precision_cannot_decide_applied():
+    """A bf16 row whose rounding bound spans the cap's effect is named as undecided, with the route that decides."""
+    from softcapgrad.cli.engines import _answer
+
+    def row(route, verdict):
+        return {"engine": "vllm_cpu", "route": route, "model": "vaultgemma", "cap": "attention", "verdict": verdict}
+
+    data = {"models": [{"model": "vaultgemma", "reach": {"attention": 4.0}}],
+            "rows": [row("default", "not bound"), row("fp32", "applied")]}
+    first, second, _ = _answer(data)
+    assert first.startswith("Every engine that ran applied every cap its precision lets this judge")
+    assert second.startswith("Undecided (neither reference ten times nearer): vllm_cpu (default) cannot tell, in its "
+                             "precision, the attention cap of vaultgemma; route fp32 keeps it.")
+    data["rows"] = [row("fp32", "applied")]
+    assert _answer(data)[0].startswith("Every engine that ran applied every cap it was given")

@@ -56,9 +56,12 @@ def _answer(data: dict) -> tuple[str, ...]:
     missing = sorted({r["engine"] for r in rows if r["verdict"] == "could not run"})
     reach = "; ".join(f"{m['model']}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items()
                                                                    if isinstance(v, float)) for m in data["models"])
-    first = ("Every engine that ran applied every cap it was given" if not bad else
-             "Caps lost, altered or added: " + "; ".join(bad)) + f" (inputs built so that each cap binds; {reach})."
-    second = f"Applied by: {', '.join(ok) or 'none'}."
+    coarse = _grouped(rows, [r for r in rows if r["verdict"] == "not bound"], lambda r: "cannot tell, in its precision,")
+    first = ("Caps lost, altered or added: " + "; ".join(bad) if bad else
+             "Every engine that ran applied every cap its precision lets this judge" if coarse else
+             "Every engine that ran applied every cap it was given") + f" (inputs built so that each cap binds; {reach})."
+    second = (f"Undecided (neither reference ten times nearer): {'; '.join(coarse)}. " if coarse else "") \
+        + f"Applied by: {', '.join(ok) or 'none'}."
     third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else
              "Every engine listed ran.") + " GPU kernels (vLLM's CUDA backends, SGLang, flash-attn): not measured here."
     return first, second, third
