@@ -1,7 +1,7 @@
 """The parity figure: engine and route × model type and cap, the verdict as a colour, drawn with core.plot."""
 
 COLOURS = {"applied": "tab:green", "ignored": "tab:red", "different": "tab:orange", "not finite": "tab:purple",
-           "ignores the folder's caps": "tab:pink", "not bound": "tab:olive", "unused by transformers": "tab:olive",
+           "ignores the folder's caps": "tab:pink", "not bound": "tab:brown", "unused by transformers": "tab:olive",
            "could not run": "lightgrey", "no such architecture": "whitesmoke", "not set": "white"}
 ADDED = "applied by the engine, unused by transformers"
 CELL = (0.42, 0.26)  # inches per column and per row, so that a matrix of many engines and types stays legible
