@@ -343,3 +343,30 @@ def test_a_row_beyond_its_bound_says_which_reference_it_is_nearest(capped):
     rows = _rows(reference, verdict.exact_cap(off, 30.0), off)
     assert rows["attention"]["verdict"] == "different"
     assert rows["attention"]["hint"].startswith("nearest the model without the attention cap")
+
+
+def test_a_difference_already_at_the_first_token_is_said_to_lie_outside_the_attention_cap(capped):
+    """The first token attends to itself alone, so no attention cap acts on it. An engine whose MLP differs
+    (exact erf GELU for Gemma's tanh approximation, as a converter might map it) differs there already, and the
+    row says so. An attention cap computed wrongly (c·tanh(s/c)·1.01) leaves that token alone, so it is not said."""
+    import torch
+
+    model, reference = capped
+    acts = [m for m in model.modules() if hasattr(m, "act_fn")]
+    saved = [(m, m.act_fn) for m in acts]
+    try:
+        for m in acts:
+            m.act_fn = torch.nn.GELU()
+        rows = _rows(reference, ref.logits(model, reference.ids), ref.logits(model, reference.ids, off=("final",)))
+    finally:
+        for m, act in saved:
+            m.act_fn = act
+    assert rows["attention"]["verdict"] == "different" and rows["attention"]["outside"] > rows["attention"]["tolerance"]
+    assert rows["attention"]["hint"].startswith("already ") and "where attention has one key" in rows["attention"]["hint"]
+
+    def wrong(scores, c):
+        return ref.tanh_cap(scores, c) * 1.01
+
+    cap_only = _rows(reference, ref.logits(model, reference.ids, cap_fn=wrong),
+                     ref.logits(model, reference.ids, off=("final",), cap_fn=wrong))
+    assert cap_only["attention"]["verdict"] == "different" and "outside" not in cap_only["attention"]

@@ -41,6 +41,9 @@ def _said(row: dict) -> str:
     """What an engine did with a cap, in a few words: the verdict's verb and the form it matched, if any."""
     if row.get("fits"):
         return f"matched '{row['fits']}' on"
+    if row.get("outside"):
+        return (f"differs from transformers outside the cap (already {row['outside']:.2g} at the first token, "
+                f"where the cap cannot act), beside")
     hint = (row.get("hint") or "").split("; matches none of")[0]
     named = row["verdict"] == "different" and hint.startswith(("matches ", "closest to ", "nearest "))
     return VERBS[row["verdict"]] + (f" ({hint})" if named and not hint.startswith("matches none") else "")

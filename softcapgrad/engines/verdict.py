@@ -203,6 +203,13 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
                 f"{max(applied.value, ignored.value):.3g}), beyond this precision's bound; {hint}")
     if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
         extra["fits"] = min(fits)[1]
+    first = error(lp[:1], log_probs(on)[:1], None if mask is None else mask[:1]).value
+    if not fits and first > tol and 2 * first >= applied.value:
+        # the first token attends to itself alone: its softmax is 1 whatever the scores, so no attention cap
+        # or window acts there, and a difference already that large lies elsewhere in the model
+        extra["outside"] = first
+        hint = (f"already {first:.2g} at the first token, where attention has one key and no attention cap acts: "
+                f"the difference lies outside the cap; {hint}")
     return _row("attention", c, "different", applied, ignored, tol, hint=hint, **extra)
 
 
