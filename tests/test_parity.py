@@ -358,11 +358,17 @@ def test_a_difference_already_at_the_first_token_is_said_to_lie_outside_the_atte
         for m in acts:
             m.act_fn = torch.nn.GELU()
         rows = _rows(reference, ref.logits(model, reference.ids), ref.logits(model, reference.ids, off=("final",)))
+        as_logprobs = {v: verdict.log_probs(ref.logits(model, reference.ids, off=off)) for v, off in
+                       (("capped", ()), ("final off", ("final",)))}
+        judged = {r["cap"]: r for r in verdict.verdicts(as_logprobs, reference, output="logprobs")}
     finally:
         for m, act in saved:
             m.act_fn = act
     assert rows["attention"]["verdict"] == "different" and rows["attention"]["outside"] > rows["attention"]["tolerance"]
     assert rows["attention"]["hint"].startswith("already ") and "where attention has one key" in rows["attention"]["hint"]
+    # an engine that returns log-probabilities has its final cap judged against transformers' models, which
+    # cannot tell a difference elsewhere from the cap's: the row says so
+    assert judged["final"]["verdict"] == "different" and judged["final"]["hint"].startswith("the model differs outside")
 
     def wrong(scores, c):
         return ref.tanh_cap(scores, c) * 1.01

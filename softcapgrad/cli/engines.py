@@ -42,8 +42,8 @@ def _said(row: dict) -> str:
     if row.get("fits"):
         return f"matched '{row['fits']}' on"
     if row.get("outside"):
-        return (f"differs from transformers outside the cap (already {row['outside']:.2g} at the first token, "
-                f"where the cap cannot act), beside")
+        return (f"differs from transformers outside the caps (already {row['outside']:.2g} at the first token, "
+                f"where no attention cap acts), beside")
     hint = (row.get("hint") or "").split("; matches none of")[0]
     named = row["verdict"] == "different" and hint.startswith(("matches ", "closest to ", "nearest "))
     return VERBS[row["verdict"]] + (f" ({hint})" if named and not hint.startswith("matches none") else "")

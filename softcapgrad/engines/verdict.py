@@ -214,8 +214,7 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
 
 
 def _forms(alternatives: dict, capped: bool) -> dict:
-    """The attention alternatives to compare: those computed with the final cap off, or (``capped``) those
-    computed with it on, named ``CAPPED + name``, the prefix left out."""
+    """The attention alternatives computed with the final cap off, or (``capped``) on (``CAPPED + name``)."""
     if not capped:
         return {k: v for k, v in alternatives.items() if not k.startswith(CAPPED)}
     return {k[len(CAPPED):]: v for k, v in alternatives.items() if k.startswith(CAPPED)}
@@ -347,6 +346,9 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
     if capped is not None and final["verdict"] in ("ignores the folder's caps", "different") and (
             same is not None or final_off is None or output == "logprobs"):
         _whole_form(capped, attention, final, reference, k, unit, once)
+    if "outside" in attention and final["verdict"] == "different" and (final_off is None or output == "logprobs"):
+        final.update(outside=attention["outside"], hint="the model differs outside its caps (the attention row's first "
+                     "token), which a comparison with transformers' models cannot tell from the cap; " + final["hint"])
     rows = [attention, final]
     if "uncapped" in failed and attention["verdict"] == "unused by transformers":
         attention["hint"] += f"; the folder without any cap could not run: {failed['uncapped']}"
@@ -360,9 +362,8 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
 
 def _whole_form(capped: np.ndarray, attention: dict, final: dict, reference, k: int, unit: float,
                 once: float) -> None:
-    """Where an engine's capped run alone is judged and differs from transformers: the named whole-model form
-    (the final cap on another tensor, the two caps' values swapped) it matches at the model's tolerance, said
-    on both rows; a form that keeps the attention cap makes the attention row applied."""
+    """An engine judged on its capped run alone that differs: the whole-model form it matches (the final cap on
+    another tensor, the caps swapped), said on both rows; one that keeps the attention cap makes that applied."""
     tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
     lp = log_probs(capped)
     mask = top(lp, k)
@@ -370,6 +371,7 @@ def _whole_form(capped: np.ndarray, attention: dict, final: dict, reference, k: 
     if not fits or fits[0][0] > tol or final["verdict"] == "applied":
         return
     e, name = fits[0]
+    attention.pop("outside", None)  # a named form explains the whole difference, the first token's too
     said = f"matches {name} ({e:.2g})"
     final["hint"] = said if final["verdict"] == "different" else f"{final['hint']}; {said}"
     if attention["c"] is None or attention["verdict"] in ("not set", "unused by transformers"):
