@@ -151,8 +151,9 @@ def _read(out: Path, variants: list[str], cpu: float, wall: float, tail: list) -
         return Outcome({}, {}, f"the engine exited 0 but wrote no readable info.json ({error})", 0, cpu, wall, tail)
     logits = {}
     failed = info.get("failed") if isinstance(info, dict) and isinstance(info.get("failed"), dict) else {}
-    for variant, why in failed.items():
-        failed[variant] = plain(str(why))
+    failed = {variant: plain(str(why)) for variant, why in failed.items()}
+    if failed:
+        info["failed"] = failed  # the variants' reasons as plain text, as parity reads them from info
     for variant in variants:
         if variant in failed:
             continue

@@ -316,9 +316,7 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
         return rows
     same = None if capped is None or final_off is None else keeps_own_final_cap(capped, final_off, reference, unit,
                                                                                  once)
-    if final_off is None and capped is None:
-        attention = _failed("attention", caps["attention"], "final off", failed)
-    elif final_off is None or same is not None:
+    if final_off is None or same is not None:
         attention = attention_verdict(capped, caps["attention"], reference, once, None, k, unit,
                                       against=("capped", "attention off"))
     else:

@@ -102,7 +102,7 @@ class BackendKnee:
     horizons: list[dict] = field(default_factory=list)  # cap·first_saturating_input
     saturated_run_start: float | None = None  # where the run of 1.0s up to the searched end begins
     source: str = "measured"  # or "recorded on <device>", "not measured"
-    varies_with_cpu: bool = False  # the same versions give another answer on another CPU (varies_with_cpu)
+    varies_with_cpu: bool = False  # the same versions may answer otherwise on another CPU (see varies_with_cpu())
 
 
 StackKnee = Callable[[np.dtype, str, list[float], str], BackendKnee]
