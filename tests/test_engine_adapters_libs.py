@@ -51,19 +51,19 @@ def _pins(engine: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_an_adapter_imports_only_the_standard_library_numpy_protocol_and_its_engine(engine):
-    allowed = set(sys.stdlib_module_names) | {"__future__", "numpy", "protocol"} | ENGINES[engine]
-    assert _imports(ADAPTERS / f"{engine}.py") <= allowed, _imports(ADAPTERS / f"{engine}.py") - allowed
+    allowed = set(sys.stdlib_module_names) | {"__future__", "numpy", "adapter_protocol"} | ENGINES[engine]
+    assert _imports(ADAPTERS / f"adapter_{engine}.py") <= allowed, _imports(ADAPTERS / f"adapter_{engine}.py") - allowed
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_an_adapter_file_does_not_shadow_a_package_of_its_environment(engine):
-    # the adapters' folder comes first on the child's sys.path: an adapter named after a package hides it
-    assert engine not in _pins(engine) and engine not in ENGINES[engine]
+    # the adapters' folder is on the child's sys.path: an adapter named after a package would hide it
+    assert f"adapter_{engine}" not in _pins(engine) and f"adapter_{engine}" not in ENGINES[engine]
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_an_adapter_declares_a_default_route_and_short_route_ids(engine):
-    tree = ast.parse((ADAPTERS / f"{engine}.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ADAPTERS / f"adapter_{engine}.py").read_text(encoding="utf-8"))
     routes = next(ast.literal_eval(n.value) for n in tree.body
                   if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "ROUTES" for t in n.targets))
     assert "default" in routes and all(re.fullmatch(r"[a-z0-9][a-z0-9-]{0,15}", r) for r in routes)

@@ -99,5 +99,5 @@ def test_a_llama_cpp_row_is_judged_in_the_coarsest_format_on_its_path(monkeypatc
     import importlib
 
     monkeypatch.syspath_prepend(str(runner.ADAPTERS))
-    adapter = importlib.import_module("llamacpp")
+    adapter = importlib.import_module("adapter_llamacpp")
     assert adapter.coarsest(types, route) == judged

@@ -15,7 +15,7 @@ import pytest
 
 from softcapgrad.engines import runner
 
-SCRIPT_HEAD = "import sys, time, json, os\nimport numpy as np\nimport protocol\n"
+SCRIPT_HEAD = "import sys, time, json, os\nimport numpy as np\nimport adapter_protocol as protocol\n"
 
 
 def _work(tmp_path: Path) -> Path:
@@ -46,7 +46,7 @@ def test_nothing_from_the_callers_folder_is_importable(tmp_path, monkeypatch):
     plant = tmp_path / "plant"
     (plant / "multiprocessing").mkdir(parents=True)
     marker = tmp_path / "MARKER"
-    for module in (plant / "numpy.py", plant / "protocol.py", plant / "multiprocessing" / "__init__.py"):
+    for module in (plant / "numpy.py", plant / "adapter_protocol.py", plant / "multiprocessing" / "__init__.py"):
         module.write_text(f"open({str(marker)!r}, 'a').write('ran')\n", encoding="utf-8")
     monkeypatch.chdir(plant)
     monkeypatch.setenv("PYTHONPATH", str(plant))

@@ -24,19 +24,11 @@ from softcapgrad.models import audit  # noqa: E402
 
 TOKENS = 16  # longer than the tiny config's sliding window, so the local layers' window binds
 ADAPTERS = Path(parity.__file__).parent / "adapters"
-BOOTSTRAP = "import sys, runpy; sys.path.insert(0, {0!r}); runpy.run_path({0!r} + '/kerashub.py', run_name='__main__')"
+BOOTSTRAP = "import sys, runpy; sys.path.insert(0, {0!r}); runpy.run_path({0!r} + '/adapter_kerashub.py', run_name='__main__')"
 
 
 def _keras_pattern(n: int) -> list[str]:
     return ["sliding_attention" if i % 6 < 5 else "full_attention" for i in range(n)]
-
-
-def _kerashub_python() -> Path | None:
-    """The Keras Hub environment's interpreter, where it is installed."""
-    from softcapgrad.engines import environments
-
-    current = environments.state("kerashub")
-    return current.python if current.state == "installed" else None
 
 
 def _forced(folder: Path, ids: np.ndarray) -> np.ndarray:
@@ -71,10 +63,9 @@ def test_the_layer_pattern_moves_transformers_by_nats(tmp_path):
 
 
 @pytest.mark.slow
-def test_keras_hub_differs_from_transformers_by_the_layer_pattern_only(tmp_path):
-    python = _kerashub_python()
-    if python is None:
-        pytest.skip("the kerashub engine environment is not installed: softcapgrad engines install kerashub")
+@pytest.mark.engine_environments("kerashub")
+def test_keras_hub_differs_from_transformers_by_the_layer_pattern_only(tmp_path, engine_environment):
+    python = engine_environment("kerashub").python  # built side by side with the others (conftest), reused after
     ids = _inputs(tmp_path)
     env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "KERAS_BACKEND": "jax"}

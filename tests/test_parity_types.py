@@ -95,8 +95,8 @@ def test_a_model_type_the_loaded_transformers_does_not_know_is_no_such_architect
     from softcapgrad.engines import catalog
 
     monkeypatch.syspath_prepend(str(catalog.ADAPTERS))
-    import protocol
-    import transformers_load
+    import adapter_protocol as protocol
+    import adapter_transformers_load as transformers_load
 
     folder = tmp_path / "capped"
     folder.mkdir()

@@ -1,6 +1,6 @@
 """The engines parity knows: each one's environment, adapter script and routes, and how a route is judged.
 
-An engine is an adapter script (``adapters/<adapter>.py``) run by an environment's interpreter: a
+An engine is an adapter script (``adapters/adapter_<adapter>.py``) run by an environment's interpreter: a
 virtual environment of its own (``requirements/<environment>.txt``) or ``main``, softcapgrad's own
 interpreter for engines that need only torch and transformers. A route is one way its users run it:
 ``default`` is the engine's own documented default (loader, exporter, attention choice, precision,
@@ -24,6 +24,10 @@ from pathlib import Path
 from softcapgrad.engines.environments import HERE, MAIN, REQUIREMENTS
 
 ADAPTERS = HERE / "adapters"
+# Every file in adapters/ is named adapter_*.py: the folder is on the child's import path, and a module named
+# after a package (transformers.py, onnx.py) would shadow it for the adapter that imports that package.
+PREFIX = "adapter_"
+SHARED = ("protocol", "transformers_load", "llamacpp_sources")  # imported or run by adapters: no engine of their own
 TOP_K = 8
 LOW = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "q8_0": 2.0 ** -8, "q4_0": 2.0 ** -4, "int8": 2.0 ** -8}
 FP16_TABLE = 2.0 ** -11  # llama.cpp's GELU reads an fp16 table: one rounding to fp16 in every MLP
@@ -56,7 +60,7 @@ class Route:
 class Engine:
     name: str
     environment: str  # requirements/<environment>.txt, or MAIN
-    adapter: str  # adapters/<adapter>.py
+    adapter: str  # adapters/adapter_<adapter>.py (script())
     routes: tuple[Route, ...]
     text: str  # what the engine is, in a few words
     types: tuple[str, ...] | None = None  # model types the engine claims (None: the adapter says, exit 3)
@@ -136,12 +140,17 @@ def _precision(rid: str) -> str:
     return "fp32"
 
 
+def script(adapter: str) -> Path:
+    """The file of the adapter named ``adapter``."""
+    return ADAPTERS / f"{PREFIX}{adapter}.py"
+
+
 def discovered() -> dict[str, Engine]:
-    """Engines with an adapter and a requirements file of the same name that the catalog does not list."""
+    """Engines with an adapter (adapter_NAME.py) and a requirements file NAME.txt that the catalog does not list."""
     out = {}
-    for path in sorted(ADAPTERS.glob("*.py")):
-        name = path.stem
-        if name == "protocol" or name in CATALOG or not (REQUIREMENTS / f"{name}.txt").exists():
+    for path in sorted(ADAPTERS.glob(f"{PREFIX}*.py")):
+        name = path.stem.removeprefix(PREFIX)
+        if name in SHARED or name in CATALOG or not (REQUIREMENTS / f"{name}.txt").exists():
             continue
         routes = _literal_routes(path)
         if routes:

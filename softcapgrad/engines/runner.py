@@ -29,12 +29,12 @@ from typing import Iterator
 
 import numpy as np
 
-from softcapgrad.engines.catalog import ADAPTERS
+from softcapgrad.engines.catalog import ADAPTERS, script as adapter_script
 
 TIMEOUT = 300.0  # seconds of wall clock per route (every variant, conversion included); a shared machine is slow
 NO_ARCHITECTURE = 3
-# The adapters' folder goes LAST on the path: an adapter named after its engine's package (onnx.py,
-# transformers.py) must not shadow that package when the adapter imports it; ``protocol`` is found there.
+# The adapters' folder goes last on the path, where adapter_protocol and adapter_transformers_load are found; every
+# file there is named adapter_*.py (catalog.PREFIX), so none shadows a package the adapter imports.
 BOOTSTRAP = ("import sys, runpy; sys.path.append(sys.argv[1]); adapter = sys.argv[2]; del sys.argv[1:3]; "
              "runpy.run_path(adapter, run_name='__main__')")
 PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "XDG_CACHE_HOME", "PIP_FIND_LINKS", "SSL_CERT_FILE")
@@ -68,8 +68,9 @@ def environment(work: Path) -> dict:
 
 
 def command(python: Path | str, adapter: str | Path, work: Path, route: str, variants: list[str]) -> list[str]:
-    """``adapter``: a name under adapters/, or the path of a script (tests plant failing ones)."""
-    script = adapter if isinstance(adapter, Path) else ADAPTERS / f"{adapter}.py"
+    """``adapter``: an adapter's name (adapters/adapter_<adapter>.py), or the path of a script (tests plant failing
+    ones)."""
+    script = adapter if isinstance(adapter, Path) else adapter_script(adapter)
     return [str(python), "-I", "-c", BOOTSTRAP, str(ADAPTERS), str(script), str(work), route, *variants]
 
 
@@ -195,18 +196,7 @@ def write_ids(work: Path, ids: np.ndarray) -> None:
 def terminations() -> Iterator[None]:
     """SIGTERM unwinds like Ctrl-C while held (so the child's group is killed and the temporary folder
     removed), ending in one line and exit 143."""
-    from softcapgrad.core.files import Interrupted
+    from softcapgrad.core import child
 
-    def stop(signum, frame):
-        raise Interrupted("terminated; the engine's processes were stopped and the temporary folder removed",
-                          signal.SIGTERM)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: nothing to hold
+    with child.terminating("terminated; the engine's processes were stopped and the temporary folder removed"):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

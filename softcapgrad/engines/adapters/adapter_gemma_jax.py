@@ -11,7 +11,7 @@ import re
 import sys
 from importlib import metadata
 
-import protocol
+import adapter_protocol as protocol
 
 ROUTES = {"default": "the library's own route from a Hugging Face folder, if it ships one (it is looked for)"}
 CLASSES = {"gemma2": "Gemma2_", "gemma3_text": "Gemma3_", "gemma3n_text": "Gemma3n_"}  # gemma.gm.nn class prefixes

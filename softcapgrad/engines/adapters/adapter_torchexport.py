@@ -6,8 +6,8 @@ inductor's C++ kernels (``inductor``, ``inductor-eager``). The ``-eager`` routes
 import os
 
 
-import protocol
-from transformers_load import load, logits_only, precision
+import adapter_protocol as protocol
+from adapter_transformers_load import load, logits_only, precision
 
 ROUTES = {
     "default": "torch.export.export of the model from_pretrained loads; the exported program's module",

@@ -3,14 +3,13 @@ the runtime's default inference precision (bf16 on a CPU with bf16 instructions)
 ``INFERENCE_PRECISION_HINT: f32`` for an fp32 row.
 
 optimum-intel's install brings a torchvision build that does not load beside CPU torch; the pinned
-environment leaves it out (the export of a causal LM does not import it). The script is named openvino_intel.py so as not to
-shadow the openvino package."""
+environment leaves it out (the export of a causal LM does not import it)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from protocol import NoArchitecture, Run, main
+from adapter_protocol import NoArchitecture, Run, main
 
 ROUTES = {
     "default": "OVModelForCausalLM.from_pretrained(DIR, export=True): the runtime's default inference precision",

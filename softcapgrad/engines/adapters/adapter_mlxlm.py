@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-import protocol
+import adapter_protocol as protocol
 
 ROUTES = {"default": "mlx_lm.load of the folder, one forward of the prompt without a KV cache, the weights' own dtype"}
 PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

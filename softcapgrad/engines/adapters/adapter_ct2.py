@@ -1,7 +1,5 @@
 """CTranslate2: the model converted by its own ``TransformersConverter`` (what ``ct2-transformers-converter``
-runs), scored by ``Generator.forward_batch`` on the CPU, at the default compute type and in float32.
-
-The script is named ct2.py: one named ctranslate2.py beside the protocol module would shadow the package."""
+runs), scored by ``Generator.forward_batch`` on the CPU, at the default compute type and in float32."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import json
 
 import numpy as np
 
-from protocol import NoArchitecture, Run, main
+from adapter_protocol import NoArchitecture, Run, main
 
 ROUTES = {
     "default": "TransformersConverter, then Generator(compute_type='default'): the converter's and runtime's defaults",

@@ -5,8 +5,8 @@
 import contextlib
 import io
 
-import protocol
-from transformers_load import load, logits_only, precision
+import adapter_protocol as protocol
+from adapter_transformers_load import load, logits_only, precision
 
 ROUTES = {
     "default": "torch.onnx.export (dynamo) of the model from_pretrained loads -> ONNX Runtime, CPU",

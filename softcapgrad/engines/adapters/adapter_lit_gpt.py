@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-import protocol
+import adapter_protocol as protocol
 
 ROUTES = {"default": "litgpt convert_to_litgpt --model_name of the family's named config, its sizes from "
                      "config.json, the caps from the named config; GPT in fp32, one forward without a KV cache"}

@@ -28,7 +28,7 @@ def load(run, variant):
     except (ValueError, KeyError) as err:  # a model type this version's registry does not list
         if not any(words in str(err) for words in UNKNOWN):
             raise
-        import protocol
+        import adapter_protocol as protocol
         import transformers
 
         raise protocol.NoArchitecture(f"transformers {transformers.__version__}: {str(err).split('. ')[0]}") from None

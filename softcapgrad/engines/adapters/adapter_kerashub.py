@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-import protocol
+import adapter_protocol as protocol
 
 ROUTES = {"default": "Keras Hub backbone .from_preset of the folder, JAX backend on the CPU, fp32"}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol import NoArchitecture, Run, main
+from adapter_protocol import NoArchitecture, Run, main
 
 ROUTES = {
     "default": "ORTModelForCausalLM.from_pretrained(DIR, export=True): the documented default, with its KV cache",

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-import protocol
+import adapter_protocol as protocol
 
 ROUTES = {
     "default": "Which.Plain of the folder as given (automatic architecture and dtype), one request per prefix",

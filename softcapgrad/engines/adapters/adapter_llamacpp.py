@@ -2,7 +2,7 @@
 
 The converter is llama.cpp's ``convert_hf_to_gguf.py`` with its ``conversion`` package and the
 ``gguf-py`` it puts first on its path, as shipped in the installed llama-cpp-python's source
-distribution (``llamacpp_sources.py`` extracts them into the environment after the install). It
+distribution (``adapter_llamacpp_sources.py`` extracts them into the environment after the install). It
 runs here, in this process, exactly as its command line does (``convert_hf_to_gguf.py FOLDER
 --outfile FILE --outtype TYPE``), so that torch and transformers are imported once for every
 variant. Before it runs, the converter's own registry (``conversion.TEXT_MODEL_MAP``, keyed by the
@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-from protocol import NoArchitecture, main
+from adapter_protocol import NoArchitecture, main
 
 CONVERTER = Path(sys.prefix) / "share" / "llama.cpp-converter"
 ROUTES = {
@@ -53,7 +53,7 @@ def _converter() -> Path:
     script = CONVERTER / "convert_hf_to_gguf.py"
     if not script.is_file():
         raise FileNotFoundError(f"llama.cpp's converter is not in this environment ({script.name} missing): "
-                                "run llamacpp_sources.py with the environment's interpreter")
+                                "run adapter_llamacpp_sources.py with the environment's interpreter")
     if str(CONVERTER) not in sys.path:
         sys.path.insert(0, str(CONVERTER))  # what `python convert_hf_to_gguf.py` puts first: the script's folder
     return script

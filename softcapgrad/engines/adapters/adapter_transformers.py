@@ -7,8 +7,8 @@ attention implementation reported is the one the loaded model records as in use.
 """
 
 
-import protocol
-from transformers_load import load, precision
+import adapter_protocol as protocol
+from adapter_transformers_load import load, precision
 
 ROUTES = {
     "default": "AutoModelForCausalLM.from_pretrained(folder): transformers picks the attention and the dtype",

@@ -29,7 +29,7 @@ import tempfile
 
 import numpy as np
 
-from protocol import NoArchitecture, Run, main
+from adapter_protocol import NoArchitecture, Run, main
 
 ROUTES = {
     "default": "optimum-executorch main_export(DIR, recipe='xnnpack') with its defaults (sdpa, static KV cache), "

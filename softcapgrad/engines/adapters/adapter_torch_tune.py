@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-import protocol
+import adapter_protocol as protocol
 
 ROUTES = {
     "default": "FullModelHFCheckpointer(GEMMA2), gemma2 builder with the folder's sizes and the caps as torchtune's "
