@@ -5,7 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import bounded, emit, InputError, Json, not_with, pick, Report, seed_in_range, Wide
+from softcapgrad.cli.common import emit, InputError, Json, not_with, pick, Report, result_set, seed_in_range, Wide
+from softcapgrad.cli.limits import Bound, path_given, SEED
 
 FILES = ("parity.json", "parity.md", "figures/parity.png")
 
@@ -60,7 +61,9 @@ def _answer(data: dict) -> tuple[str, ...]:
     reach = "; ".join(f"{m['model']}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items()
                                                                    if isinstance(v, float)) for m in data["models"])
     coarse = _grouped(rows, [r for r in rows if r["verdict"] == "not bound"], lambda r: "cannot tell, in its precision,")
+    ran = [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set")]
     first = ("Caps lost, altered or added: " + "; ".join(bad) if bad else
+             "No engine ran, so no cap was judged" if not ran else
              "Every engine that ran applied every cap its precision lets this judge" if coarse else
              "Every engine that ran applied every cap it was given") + f" (inputs built so that each cap binds; {reach})."
     second = (f"Undecided (neither reference ten times nearer): {'; '.join(coarse)}. " if coarse else "") \
@@ -80,15 +83,21 @@ def _earlier(out) -> dict:
         data = json.loads((out / "parity.json").read_text(encoding="utf-8"))
     except OSError as err:
         raise InputError(f"--update: cannot read {out / 'parity.json'}: {err.strerror}") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise InputError(f"--update: {out / 'parity.json'} is not JSON") from None
     if not (isinstance(data, dict) and all(isinstance(data.get(k), list) for k in ("models", "rows", "engines"))
             and isinstance(data.get("params"), dict)):
         raise InputError(f"--update: {out / 'parity.json'} holds no parity results (models, rows, engines)")
+    from softcapgrad.engines.parity import unmergeable
+
+    why = unmergeable(data)
+    if why:
+        raise InputError(f"--update: {out / 'parity.json'} cannot be merged into: {why}")
     return data
 
 
-def parity_report(results, out: Optional[Path], params: dict) -> Report:
+def parity_report(results, params: dict, written: tuple = ()) -> Report:
+    """The parity run as a report; ``written``: the files put in place (none: nothing was written)."""
     from softcapgrad.core.report import Table
     from softcapgrad.engines import parity
 
@@ -110,7 +119,7 @@ def parity_report(results, out: Optional[Path], params: dict) -> Report:
                   ("engine", "route", "model", "cpu_s", "wall_s"), wide=("reason", "did")),
             Table("not_measured", "not measured here", parity.not_here(), ("engine", "verdict"), wide=("would_check",)),
         ),
-        notes=(f"written: {', '.join(str(out / f) for f in FILES)}" if out else "nothing written (no --out)",
+        notes=(f"written: {', '.join(map(str, written))}" if written else "nothing written (no --out)",
                "error: largest |Δ log-prob| against the capped form; error off: against the uncapped form; the final "
                "cap is judged on the engine's own pre-cap logits, the attention cap against transformers fp32 eager"),
         answer=_answer(parity.as_dict(results)),
@@ -139,6 +148,8 @@ def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> 
             states[env] = environments.ready(env, install, say=_say, engine=name)
         else:
             states[env] = environments.state(env)
+            if states[env].state == "untrusted":
+                raise InputError(environments.refusal(states[env], name))
     runnable = [(n, t) for n in names for t in types
                 if states[known[n].environment].state == "installed" and (known[n].types is None or t in known[n].types)]
     if types and not runnable:
@@ -149,7 +160,8 @@ def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> 
 
 
 def parity(
-    directory: Annotated[Optional[Path], typer.Argument(help="A local model directory (config.json, safetensors "
+    directory: Annotated[Optional[Path], typer.Argument(parser=path_given, metavar="[directory]",
+                                                        help="A local model directory (config.json, safetensors "
                                                              "weights; never downloaded).")] = None,
     model_type: Annotated[Optional[list[str]], typer.Option(
         "--model-type", help="A capped model type, built tiny, or gemma3_text+attention (repeatable; default gemma2, "
@@ -158,15 +170,24 @@ def parity(
     engine: Annotated[Optional[list[str]], typer.Option(
         "--engine", help="An engine (softcapgrad engines lists them), or all (repeatable; default all).")] = None,
     install: Annotated[bool, typer.Option("--install", help="Install the engines' environments first.")] = False,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens of the random input.")] = 16,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of the weights and token ids (default 0).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds each engine route may take, conversion included.")] = 300.0,
-    jobs: Annotated[int, typer.Option(help="Engine routes run at a time (each engine child uses one thread).")] = 1,
+    seq_len: Annotated[int, typer.Option("--seq-len", callback=Bound(2, 512, "the tiny models' positions"),
+                                         help="Tokens of the random input (2 to 512).")] = 16,
+    seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the weights and token ids (0 to 2^63 − 1; "
+                                                                    "default 0).")] = None,
+    timeout: Annotated[float, typer.Option(callback=Bound(1.0, 3600.0, "seconds each engine route may take"),
+                                           help="Seconds each engine route may take, conversion included; with --server, "
+                                                "each request (connecting, headers and body together); 1 to "
+                                                "3600.")] = 300.0,
+    jobs: Annotated[int, typer.Option(callback=Bound(1, 16, "each engine child holds a model and its engine"),
+                                      help="Engine routes run at a time (1 to 16; each engine child uses one "
+                                           "thread).")] = 1,
     update: Annotated[bool, typer.Option(
         "--update", help="Replace only the engines measured now in --out's parity results; keep the rest.")] = False,
-    out: Annotated[Optional[Path], typer.Option(help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
+                                                help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
     server: Annotated[Optional[str], typer.Option(
-        "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead.")] = None,
+        "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead "
+                         "(answers read up to 8 MiB each, redirects not followed).")] = None,
     server_model: Annotated[Optional[str], typer.Option(
         "--server-model", help="The model name the server knows (default: the first it lists).")] = None,
     json_out: Json = False,
@@ -182,7 +203,7 @@ def parity(
         import json
 
         from softcapgrad.core import progress
-        from softcapgrad.core.files import writable_folder, write_atomic
+        from softcapgrad.core.files import check_targets, replace_all, writable_folder
         from softcapgrad.engines import catalog, modeltypes, parity as run, reference, runner
         from softcapgrad.models import audit
 
@@ -201,13 +222,10 @@ def parity(
                 raise InputError(f"--model-type {t}: parity does not build it: {dict(reference.NOT_YET)[t]}")
             if t not in reference.SUPPORTED:
                 raise InputError(f"--model-type {t}: parity runs {', '.join(reference.SUPPORTED)}")
-        n = bounded("--seq-len", seq_len, 2, 512)
-        s = seed_in_range(seed)
-        if not 1 <= timeout <= 3600:
-            raise InputError(f"--timeout {timeout:g}: must lie in 1..3600 seconds")
-        j = bounded("--jobs", jobs, 1, 16)
+        n, s, j = seq_len, seed_in_range(seed), jobs
         if out is not None:
             writable_folder(out, "--out")
+            check_targets([out / name for name in FILES], "--out")
         earlier = _earlier(out) if update else None
         if earlier is not None:
             then = earlier["params"]
@@ -238,25 +256,20 @@ def parity(
             torch.set_num_threads(threads)
         params = {"model": str(directory) if directory else types, "set": set_ or [], "engines": names,
                   "seq_len": n, "seed": s, "timeout": timeout, "out": str(out) if out else None}
-        report = parity_report(results, out, params)
-        if out is not None:
+        written: list = []
+        if out is not None:  # the set is staged whole (the figure too), then put in place together
+            from softcapgrad.engines.figure import parity_figure
+
             data = {"params": params, **run.as_dict(results)}
             if update:
                 data = run.merge(earlier, data)
                 data["params"] = {**earlier["params"], "updated": earlier["params"].get("updated", []) + [params]}
             answer = _answer(data)
-            write_atomic(out / "parity.json", json.dumps({**data, "answer": list(answer)}, indent=1,
-                                                         sort_keys=True) + "\n")
-            write_atomic(out / "parity.md", run.markdown(data, answer))
-            try:
-                from softcapgrad.core.plot import save
-                from softcapgrad.engines.figure import parity_figure
-
-                (out / "figures").mkdir(parents=True, exist_ok=True)
-                save(parity_figure(data["rows"]), out / "figures" / "parity.png")
-            except InputError:
-                pass  # matplotlib is an extra: the tables are written without it
-        return report
+            written = replace_all(result_set(out, {"parity.json": json.dumps({**data, "answer": list(answer)},
+                                                                             indent=1, sort_keys=True) + "\n",
+                                                   "parity.md": run.markdown(data, answer)},
+                                             "figures/parity.png", lambda: parity_figure(data["rows"])), out)
+        return parity_report(results, params, tuple(written))
 
     emit(build, json_out, wide, command="parity")
 
@@ -275,10 +288,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
     not_with({"--set": sets}, "with --server: the server runs DIR's config as it is, and the reference must too")
     if directory is None:
         raise InputError("--server needs the model directory DIR it serves: the server's weights are unknown here")
-    n = bounded("--seq-len", seq_len, 2, 512)
-    s = seed_in_range(seed)
-    if not 1 <= timeout <= 3600:
-        raise InputError(f"--timeout {timeout:g}: must lie in 1..3600 seconds")
+    n, s = seq_len, seed_in_range(seed)
     src = audit.source(directory, None, sets or [])
     reference.check(src.config)
     served = serving.check(src, url, model, n, s, timeout)
@@ -290,7 +300,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
                                 wide=("error_off", "note")),),
                   notes=("error: largest |Δ log-prob| over the returned entries against the nearest reference that "
                          "keeps the cap; error off: against the nearest without it",),
-                  answer=serving.answer(served))
+                  ok=served.judged_any, answer=serving.answer(served))
 
 
 engines_app = typer.Typer(add_completion=False, no_args_is_help=False)
@@ -300,19 +310,25 @@ def _listing() -> Report:
     from softcapgrad.core.report import Table
     from softcapgrad.engines import catalog, environments
 
+    environments.sweep(say=_say)
     states = {env: environments.state(env) for env in catalog.environments()}
     rows = []
     for e in catalog.engines().values():
         st = states[e.environment]
         shown = {k: v for k, v in st.versions.items() if k.lower() in _MAIN_PACKAGES + (e.name, e.adapter)}
-        rows.append({"engine": e.name, "environment": e.environment, "state": st.state,
+        said = f"untrusted: {st.reason}" if st.state == "untrusted" else st.state
+        rows.append({"engine": e.name, "environment": e.environment, "state": said,
                      "size_mib": round(st.size / 2 ** 20, 1) if st.size else None,
                      "routes": ", ".join(r.id for r in e.routes),
                      "versions": ", ".join(f"{k} {v}" for k, v in (shown or st.versions).items()),
                      "reason": st.reason, "path": str(st.path) if st.path else "softcapgrad's own"})
     ready = [r["engine"] for r in rows if r["state"] == "installed"]
+    suspects = sorted({str(st.suspect) for st in states.values() if st.state == "untrusted"})
     answer = (f"{len(ready)} of {len(rows)} engines can run now: {', '.join(ready) or 'none'}.",
               "softcapgrad engines install NAME builds an engine's environment (once; reused after).")
+    if suspects:
+        answer += (f"Untrusted, never run (someone else may have put or changed them): remove "
+                   f"{', '.join(suspects)} (rm -rf), then install again.",)
     return Report(command="engines", params={"cache": str(environments.cache_root())},
                   tables=(Table("rows", "engines and their environments", rows,
                                 ("engine", "environment", "state", "size_mib", "routes"),

@@ -220,6 +220,33 @@ def _of(data: dict, key: str, model: str) -> list[dict]:
     return [x for x in data[key] if x["model"] == model]
 
 
+# What merge, the Markdown, the answer and the figure read of each entry of earlier results (parity --update): the
+# keys an entry must hold, with the types their values may take (object: any), then the keys it may hold.
+ENTRY = {"models": {"model": str, "reach": dict, "caps": object, "tokens": object, "vocabulary": object},
+         "rows": {"engine": str, "route": str, "model": str, "cap": str, "verdict": str, "error": object,
+                  "error_off": object, "tolerance": object, "where": object},
+         "engines": {"engine": str, "route": str, "model": str, "versions": dict, "did": object, "how": object}}
+MAY_HOLD = {"rows": {"hint": str, "outside": (int, float, type(None))}}
+
+
+def unmergeable(old: dict) -> str | None:
+    """What in earlier results (a dict with the lists models, rows and engines and a params dict) ``merge`` and the
+    files made from its result could not read, in words: the first entry that is not an object, lacks a key or
+    holds a value of another type; None when every entry can be read."""
+    for key, needed in ENTRY.items():
+        for i, entry in enumerate(old[key]):
+            if not isinstance(entry, dict):
+                return f"{key}[{i}] is not an object"
+            for name, kind in {**needed, **MAY_HOLD.get(key, {})}.items():
+                if name not in entry and name in needed:
+                    return f"{key}[{i}] has no {name!r}"
+                if name in entry and not isinstance(entry[name], kind):
+                    return f"{key}[{i}] holds {name!r} as {type(entry[name]).__name__}"
+    if not isinstance(old["params"].get("updated", []), list):
+        return "params holds 'updated' but not as a list"
+    return None
+
+
 def merge(old: dict, new: dict) -> dict:
     """``old`` results with every engine that ``new`` measured on a model replaced by ``new``'s rows for it; models
     and engines keep the order of ``old``, then of the catalog (``parity --update``)."""

@@ -18,6 +18,7 @@ from softcapgrad.engines.vocabulary import vocabulary
 KEEPS = {"final": ("capped", "attention off"), "attention": ("capped", "final off")}  # variants with the cap on
 DROPS = {"final": ("final off", "uncapped"), "attention": ("attention off", "uncapped")}
 RATIO = verdict.RATIO  # the nearest variant must fit this many times better than every variant on the other side
+JUDGED = ("applied", "ignored", "different")  # the verdicts that judge a cap; the command exits 1 without one
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,17 @@ class Served:
     answer: server.Answer
     judged: dict
     rows: list
+
+    @property
+    def judged_any(self) -> bool:
+        return any(r["verdict"] in JUDGED for r in self.rows)
+
+
+def _positions(judged: dict) -> str:
+    """Where the judgement rests on fewer positions than were asked, how many."""
+    if judged["positions"] < judged["asked"]:
+        return f"judged at {judged['positions']} of the {judged['asked']} positions asked"
+    return ""
 
 
 def _row(cap: str, c, judged: dict, applied: bool) -> dict:
@@ -43,14 +55,16 @@ def _row(cap: str, c, judged: dict, applied: bool) -> dict:
         verdict_ = "ignored"
     else:
         verdict_ = "different"
+    note = judged["note"] or "log-probabilities only: the server's logits are unknown"
     return {"cap": cap, "c": c, "verdict": verdict_, "top_k": judged["k"], "error": keep, "error_off": drop,
-            "max_logit": None, "note": judged["note"] or "log-probabilities only: the server's logits are unknown"}
+            "max_logit": None, "note": "; ".join(filter(None, (note, _positions(judged))))}
 
 
 def rows(reference, judged: dict) -> list[dict]:
-    """One row per cap; a server that gave no log-probabilities is a row per cap with its reason."""
+    """One row per cap; a server that gave no log-probabilities (or values that are none) is a row per cap with
+    its reason."""
     if judged.get("reason"):
-        return [{"cap": cap, "c": reference.caps[cap], "verdict": "could not run", "top_k": judged["k"],
+        return [{"cap": cap, "c": reference.caps[cap], "verdict": judged["verdict"], "top_k": judged["k"],
                  "error": None, "error_off": None, "max_logit": None, "note": judged["reason"]}
                 for cap in ("attention", "final")]
     return [_row(cap, reference.caps[cap], judged, reference.applied[cap]) for cap in ("attention", "final")]
@@ -72,12 +86,16 @@ def check(src, url: str, model: str | None, seq_len: int, seed: int, timeout: fl
 
 def answer(served: Served) -> tuple[str, ...]:
     """The finding in one to three sentences."""
-    k = served.judged["k"]
-    if served.judged.get("reason"):
-        return (f"The server at {served.url} gave no log-probabilities to judge: {served.judged['reason']}.",)
+    judged = served.judged
+    if judged.get("reason"):
+        return (f"The server at {served.url} gave nothing to judge a cap on: {judged['reason']}.",)
     said = "; ".join(f"the {r['cap']} cap {r['verdict']}" for r in served.rows)
     reach = ", ".join(f"{k} {v:.3g}" for k, v in served.reference.reach.items() if v is not None)
-    return (f"The server at {served.url} ({served.answer.model}, through {served.judged['form']}): {said}, "
-            f"judged on the top {k} log-probabilities it returned at {served.judged['positions']} positions.",
+    where = (f"only {judged['positions']} of the {judged['asked']} positions asked"
+             if judged["positions"] < judged["asked"] else f"{judged['positions']} positions")
+    first = (f"The server at {served.url} ({served.answer.model}, through {judged['form']}): {said}, "
+             + (f"judged on the top {judged['k']} log-probabilities it returned at {where}." if served.judged_any else
+                "so no cap was judged."))
+    return (first,
             f"Largest |a/c| the reference reached: {reach or 'no cap set'}; the server's largest |logit| is unknown "
             "(a completions server returns log-probabilities only).")
