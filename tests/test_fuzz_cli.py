@@ -247,6 +247,9 @@ def test_unwritable_outputs_fail_before_computing(runner, argv, tmp_path, monkey
     ["horizon", "--cap", "8.507058919493342e+37"],  # the default probe 4c past bf16's largest value
     ["identity", "--points", "2001", "--at", "400"],  # sech² underflowed, 1/sech² overflowed
     ["gate-demo", "--section", "stability", "--json"],  # the naive sigmoid's ∞/∞ left a bare NaN
+    ["dynamics", "--lr", "5e-324"],  # lr·p·sech² underflowed: the step count divided by 0
+    ["dynamics", "--lr", "2.2250738585072014e-308"],  # and overflowed just above it
+    ["dynamics", "--a0", "10000", "--lr", "1e-20"],  # sech²(333)·1e-20·1e-3 underflows as well
 ], ids=lambda argv: " ".join(argv))
 def test_invocations_that_once_failed(runner, argv):
     check_invocation(runner, argv)
@@ -322,3 +325,129 @@ def test_generated_plumbing(tmp_path_factory, argv, columns, mask, plumbing, plo
         width = int(columns) if columns and columns.isdigit() and int(columns) > 0 else 100
         assert max(len(line) for line in out.splitlines()) <= max(40, width), (argv, columns)
         assert "…" not in out
+
+
+# --- every numeric option at its bound and past it, read from the app itself --------------------------------------
+#
+# Each numeric option of every subcommand carries a Bound (softcapgrad.cli.limits) as its callback, checked as the
+# parser reads the value. The options come from the app's own click parameters, so a new numeric option without a
+# Bound fails test_every_numeric_option_has_a_bound. A legal value at a bound can mean a long run (--points at its
+# most, --steps and --seeds at theirs), so each drawn value is followed by one path of the same command that no file
+# system takes: the parser reads the values in the order given, so an exit 2 that names the path proves the drawn
+# value passed its check and that nothing ran. The numpy-only commands also run for real with the legal values.
+
+import math
+
+from cliparams import kind as _kind, label as _label, params as _params
+from softcapgrad.cli.limits import Bound, path_given
+
+BOUND_LIMIT_S = 10  # one invocation that the parser refuses, or a numpy-only command at one bound
+
+
+def _given(param, value: str) -> list[str]:
+    """The command-line words that give ``param`` the ``value`` (each of a pair such as --range LO HI)."""
+    return [*([] if param.param_type_name == "argument" else [param.opts[0]]), *[value] * max(param.nargs, 1)]
+
+
+NUMERIC = _params("int") + _params("float")
+PATHS = _params("path")
+CHEAP = {("ratchet",), ("knee",), ("dynamics",)}  # numpy alone: a run at any legal value takes well under a second
+
+
+def test_every_numeric_option_has_a_bound():
+    assert len(NUMERIC) >= 30, [(w, p.name) for w, p in NUMERIC]  # the app's options were found
+    missing = [f"{' '.join(w)} {p.opts[0]}" for w, p in NUMERIC if not isinstance(_bound(p), Bound)]
+    assert not missing, f"numeric options without a Bound: {missing}"
+    unread = [f"{' '.join(w)} {_label(p)}" for w, p in PATHS if getattr(p.type, "func", None) is not path_given]
+    assert not unread, f"path options not read through path_given: {unread}"
+
+
+def _bound(param) -> Bound | None:
+    return getattr(param.callback, "__wrapped__", None)
+
+
+def test_every_numeric_option_is_listed_with_its_bound_in_the_docs():
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "commands.md").read_text(encoding="utf-8")
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]) for line in text.splitlines() if line.startswith("| `")}
+    missing = [f"{' '.join(w)} {p.opts[0]}" for w, p in NUMERIC if (f"`{' '.join(w)}`", f"`{p.opts[0]}`") not in rows]
+    assert not missing, f"docs/commands.md lists no bound for {missing}"
+
+
+def _edges(bound: Bound, integer: bool) -> list[str]:
+    """The values at each end of ``bound`` and just past it, and what no number option takes."""
+    if integer:
+        lo, hi = int(bound.lo), int(bound.hi)
+        values = [lo, hi, lo - 1, hi + 1, 0, -1, 2**63, -(2**70)]
+        return [str(v) for v in values] + ["1.5", "abc", ""]
+    values = [bound.lo, bound.hi, math.nextafter(bound.lo, -math.inf), math.nextafter(bound.hi, math.inf), 0.0, -1.0,
+              5e-324, -5e-324, 1e308, -1e308]
+    return [repr(v) for v in values] + ["nan", "-nan", "inf", "-inf", "1e999", "1,5", "abc", ""]
+
+
+def _inside(bound: Bound, text: str, integer: bool) -> bool | None:
+    """Whether ``text`` is a number inside ``bound`` (None: not a number of the option's type at all)."""
+    try:
+        v = int(text) if integer else float(text)
+    except ValueError:
+        return None
+    if not integer and not math.isfinite(v):
+        return False
+    return (v > bound.lo if bound.lo_open else v >= bound.lo) and (v < bound.hi if bound.hi_open else v <= bound.hi)
+
+
+def _poison(words):
+    """A path parameter of the command, and a name of it that no file system takes (a NUL byte)."""
+    found = [p for w, p in PATHS if w == words]
+    assert found, f"{' '.join(words)} takes no path: its numeric options need another invalid companion here"
+    return found[0], "no\0name"
+
+
+def _bound_case(runner, words, param, value: str, real: bool) -> None:
+    bound, integer = _bound(param), _kind(param) == "int"
+    inside = _inside(bound, value, integer)
+    poison, bad = _poison(words)
+    argv = [*words, *_given(param, value)]
+    if not (real and inside):
+        argv += _given(poison, bad)
+    with _time_limit(BOUND_LIMIT_S):
+        result = runner.invoke(app, argv)
+    lines = result.stderr.strip().splitlines()
+    assert not isinstance(result.exception, _TookTooLong), f"{argv} ran over {BOUND_LIMIT_S} s"
+    assert "Traceback" not in result.stderr and result.exit_code in (0, 2), (argv, result.exit_code, result.stderr)
+    if real and inside:
+        check_invocation(runner, argv)
+        return
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("softcapgrad: error:"), (argv, lines)
+    named = _label(poison) if inside else _label(param)
+    assert named in lines[0], (argv, f"expected the error to name {named}", lines[0])
+
+
+@pytest.mark.parametrize("words, param", NUMERIC, ids=lambda x: " ".join(x) if isinstance(x, tuple) else x.opts[0])
+def test_each_numeric_option_at_its_bounds_and_past_them(runner, words, param):
+    for value in _edges(_bound(param), _kind(param) == "int"):
+        _bound_case(runner, words, param, value, real=False)
+        if words in CHEAP:
+            _bound_case(runner, words, param, value, real=True)
+
+
+def _near(bound: Bound, integer: bool) -> st.SearchStrategy[str]:
+    """Numbers near either end of ``bound``, any number at all, and the edges themselves."""
+    if integer:
+        lo, hi = int(bound.lo), int(bound.hi)
+        return st.one_of(st.integers(lo - 3, lo + 3), st.integers(hi - 3, hi + 3), st.integers()).map(str)
+    return st.one_of(st.floats(), st.sampled_from(_edges(bound, False)),
+                     st.floats(bound.lo, bound.hi).map(repr),
+                     st.sampled_from([bound.lo, bound.hi]).map(lambda v: repr(v * (1 + 2**-40)))
+                     )
+
+
+@settings(max_examples=int(os.environ.get("SOFTCAPGRAD_FUZZ_EXAMPLES", "150")), deadline=None, database=None,
+          derandomize="SOFTCAPGRAD_FUZZ_EXAMPLES" not in os.environ,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), case=st.sampled_from(NUMERIC))
+def test_generated_values_near_the_bounds(runner, data, case):
+    words, param = case
+    value = data.draw(_near(_bound(param), _kind(param) == "int"))
+    _bound_case(runner, words, param, value, real=False)

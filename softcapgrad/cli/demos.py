@@ -6,20 +6,31 @@ import typer
 
 from softcapgrad.core.names import GATE_SECTIONS, TETHER_SECTIONS
 from softcapgrad.cli.common import (
-    bounded, emit, InputError, Json, not_with, pick, Plot, Report, sections_option, seed_in_range, Wide
+    emit, InputError, Json, not_with, pick, Plot, Report, sections_option, seed_in_range, Wide
 )
+from softcapgrad.cli.limits import Bound, SEED
+
+SIZE = "the cost table's sizes"  # the cost section counts, it allocates nothing: any size a model could have
 
 
 def gate_demo(
     section: sections_option(GATE_SECTIONS) = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of the random inputs of backward and laguna (0 to 2^63 − 1; default 0).")] = None,
-    tokens: Annotated[Optional[list[int]], typer.Option("--tokens", help="Prefill lengths T for the cost table (repeatable).")] = None,
+    seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the random inputs of backward and laguna "
+                                                                    "(0 to 2^63 − 1; default 0).")] = None,
+    tokens: Annotated[Optional[list[int]], typer.Option("--tokens", callback=Bound(1, 2**40, SIZE),
+                                                        help="Prefill lengths T for the cost table (repeatable; "
+                                                             "1 to 2^40).")] = None,
     heads: Annotated[
-        Optional[list[int]], typer.Option("--heads", help="Query heads of each layer (repeatable, one per layer; default 48).")
+        Optional[list[int]], typer.Option("--heads", callback=Bound(1, 2**20, SIZE),
+                                          help="Query heads of each layer (repeatable, one per layer; 1 to 2^20; "
+                                               "default 48).")
     ] = None,
-    model_dim: Annotated[Optional[int], typer.Option("--model-dim", help="Model width D (default 3072).")] = None,
-    kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", help="Key/value heads H_kv (default 8).")] = None,
-    head_dim: Annotated[Optional[int], typer.Option("--head-dim", help="Channels per head d_h (default 128).")] = None,
+    model_dim: Annotated[Optional[int], typer.Option("--model-dim", callback=Bound(1, 2**24, SIZE),
+                                                     help="Model width D (1 to 2^24; default 3072).")] = None,
+    kv_heads: Annotated[Optional[int], typer.Option("--kv-heads", callback=Bound(1, 2**20, SIZE),
+                                                    help="Key/value heads H_kv (1 to 2^20; default 8).")] = None,
+    head_dim: Annotated[Optional[int], typer.Option("--head-dim", callback=Bound(1, 2**20, SIZE),
+                                                    help="Channels per head d_h (1 to 2^20; default 128).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -38,19 +49,17 @@ def gate_demo(
         if not {"backward", "laguna"} & set(sections):
             not_with({"--seed": seed}, "without --section backward or laguna")
         seed_ok = seed_in_range(seed)
-        layer_heads = [bounded("--heads", h, 1, 2**20) for h in heads or [48]]
-        lengths = [bounded("--tokens", t, 1, 2**40) for t in tokens or [1024, 8192, 131072]]
-        cfg = Config(D=bounded("--model-dim", 3072 if model_dim is None else model_dim, 1, 2**24),
-                     H_kv=bounded("--kv-heads", 8 if kv_heads is None else kv_heads, 1, 2**20),
-                     d_h=bounded("--head-dim", 128 if head_dim is None else head_dim, 1, 2**20))
-        return gate_demo_report(sections, seed_ok, Shape(), cfg, layer_heads, lengths)
+        cfg = Config(D=3072 if model_dim is None else model_dim, H_kv=8 if kv_heads is None else kv_heads,
+                     d_h=128 if head_dim is None else head_dim)
+        return gate_demo_report(sections, seed_ok, Shape(), cfg, heads or [48], tokens or [1024, 8192, 131072])
 
     emit(build, json_out, wide, plot, "gate-demo")
 
 
 def tether_demo(
     section: sections_option(TETHER_SECTIONS) = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of the collapse section's toy signal (0 to 2^63 − 1; default 0).")] = None,
+    seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the collapse section's toy signal "
+                                                                    "(0 to 2^63 − 1; default 0).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,

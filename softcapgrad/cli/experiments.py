@@ -6,44 +6,38 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import emit, InputError, Json, one_of, pick, Report, Wide
-from softcapgrad.experiments.design import ARMS as ARM_NAMES
+from softcapgrad.core.names import (EXPERIMENT_ARMS as ARM_NAMES, EXPERIMENT_BUDGET_STEPS as BUDGET_STEPS,
+                                   EXPERIMENT_STEP_SECONDS as STEP_SECONDS)
+from softcapgrad.cli.common import emit, InputError, Json, one_of, pick, PROG, Report, result_set, Wide
+from softcapgrad.cli.limits import Bound, path_given
 
 FILES = ("experiment.json", "experiment.md", "figures/experiment.png")
-MAX_DEPTH = 1e28
-
+MAX_DEPTH = 1e28  # a largest pre-cap logit near 1e30, past which scaled weights and their products overflow fp32 and bf16
+LONG_S = 60  # a run estimated longer says so on stderr before it starts
+BUDGET = (f"at most {BUDGET_STEPS:,} training steps in all (seeds × arms × depths × steps), about "
+          f"{BUDGET_STEPS * STEP_SECONDS / 3600:.0f} h here")
 
 
 def _design(quick: bool, seeds: Optional[int], steps: Optional[int], arms: Optional[list[str]],
             depths: Optional[list[float]], shifts: Optional[list[str]] = None):
-    from softcapgrad.core.checks import at_least, positive
     from softcapgrad.experiments.design import DESIGN, QUICK, SHIFTS
 
     design = QUICK if quick else DESIGN
     changes: dict = {}
     if seeds is not None:
-        changes["seeds"] = tuple(range(at_least("--seeds", seeds, 1)))
+        changes["seeds"] = tuple(range(seeds))
+        changes["sgd_seeds"] = tuple(s for s in design.sgd_seeds if s < seeds)  # SGD reuses those seeds' phase 1
     if steps is not None:
-        changes["phase2_steps"] = at_least("--steps", steps, 1)
+        changes["phase2_steps"] = steps
     if arms:
         changes["arms"] = tuple(pick("--arm", arms, ARM_NAMES))
     if depths:
-        changes["depths"] = changes["band_depths"] = tuple(sorted({_depth(positive("--depth", d)) for d in depths}))
+        changes["depths"] = changes["band_depths"] = tuple(sorted(set(depths)))
     if shifts:
         changes["shifts"] = tuple(s for s in SHIFTS if s in set(pick("--shift", shifts, SHIFTS)))
     if steps is not None or arms or depths or shifts:  # a partial comparison: no SGD setting, no long run
         changes.update(sgd_seeds=(), natural_steps=0)
     return design.with_(**changes) if changes else design
-
-
-def _depth(d: float) -> float:
-    """A depth whose largest pre-cap logit (d × the bf16 horizon, about 104) is far inside fp32's range."""
-    from softcapgrad.core.checks import InputError
-
-    if d > MAX_DEPTH:
-        raise InputError(f"--depth must be at most {MAX_DEPTH:g} (a largest pre-cap logit near 1e30, past which "
-                         f"scaled weights and their products overflow fp32 and bf16), got {d:g}")
-    return d
 
 
 def _full(target: Path) -> bool:
@@ -65,18 +59,21 @@ def _full(target: Path) -> bool:
 def experiment(
     quick: Annotated[bool, typer.Option("--quick", help="The same design with fewer seeds, depths and steps, "
                                                         "without the compiled arm (under a minute).")] = False,
-    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Number of seeds, at least 1 (seeds 0 to N − 1; "
-                                                                 "default 24, --quick 2).")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Most steps after the shift, at least 1 (default "
-                                                                 "200, --quick 100).")] = None,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", callback=Bound(1, 10_000, BUDGET),
+                                                 help="Number of seeds, at least 1 and at most 10,000 (seeds 0 to N − 1; "
+                                                      f"default 24, --quick 2); {BUDGET}.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", callback=Bound(1, 1_000_000, BUDGET),
+                                                 help="Most steps after the shift, at least 1 and at most 1,000,000 "
+                                                      f"(default 200, --quick 100); {BUDGET}.")] = None,
     arm: Annotated[Optional[list[str]], typer.Option("--arm", help=f"Arms (repeatable): {one_of(ARM_NAMES)}, or all.")] = None,
-    depth: Annotated[Optional[list[float]], typer.Option("--depth", help="Depths past the bf16 horizon, > 0 and "
-                                                                         "at most 1e28 (repeatable; default 0.5 1.1 "
-                                                                         "1.25 1.5 2 4).")] = None,
+    depth: Annotated[Optional[list[float]], typer.Option(
+        "--depth", callback=Bound(0.0, MAX_DEPTH, "a depth times the bf16 horizon (about 104) must stay far "
+                                                  "inside fp32's range", lo_open=True),
+        help="Depths past the bf16 horizon, > 0 and at most 1e28 (repeatable; default 0.5 1.1 1.25 1.5 2 4).")] = None,
     shift: Annotated[Optional[list[str]], typer.Option("--shift", help="Shifts (repeatable): rotation, band.")] = None,
-    model: Annotated[Optional[Path], typer.Option("--model", help="A saved transformers model with caps "
+    model: Annotated[Optional[Path], typer.Option("--model", parser=path_given, metavar="<path>", help="A saved transformers model with caps "
                                                                   "(safetensors): the same measurement on it.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Folder for experiment.json, experiment.md and "
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>", help="Folder for experiment.json, experiment.md and "
                                                      "figures/experiment.png (default results; 'none' writes "
                                                      "nothing).")] = Path("results"),
     force: Annotated[bool, typer.Option("--force", help="Let a --quick or partial run replace the full run's "
@@ -89,9 +86,10 @@ def experiment(
     def build() -> Report:
         import importlib.util
 
-        from softcapgrad.experiments.design import DESIGN
+        from softcapgrad.experiments.design import DESIGN, within_budget
 
         design = _design(quick, seeds, steps, arm, depth, shift)
+        most, seconds = within_budget(design, "--seeds × --arm × --depth × --steps")
         if importlib.util.find_spec("transformers") is None:
             raise InputError("experiment needs transformers: pip install 'softcapgrad[hf]'")
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
@@ -114,6 +112,11 @@ def experiment(
 
         from softcapgrad.experiments import report, runner
 
+        if seconds >= LONG_S:  # on stderr, so that --json stays one object; a terminal shows the bar as well
+            took = f"{seconds / 3600:.1f} h" if seconds >= 7200 else f"{seconds / 60:.0f} min"
+            typer.echo(f"{PROG}: experiment: at most {most:,} training steps, about {took} here "
+                       f"({STEP_SECONDS * 1000:g} ms a step)", err=True)
+
         wall = time.perf_counter()
         cpu = _cpu(resource)
         measured = runner.measure(design, base, initial, name)
@@ -122,14 +125,12 @@ def experiment(
         note = [f"the run took {wall:.0f} s wall and {cpu:.0f} s CPU (user + system, this process and its compile "
                 "workers)"]
         if target is not None:
-            files: dict = {target / "experiment.json": json.dumps(res, indent=1, sort_keys=True) + "\n",
-                           target / "experiment.md": report.markdown(res, design)}
-            try:
-                from softcapgrad.core.plot import png_bytes
-                from softcapgrad.experiments.figure import experiment_figure
+            from softcapgrad.experiments.figure import experiment_figure
 
-                files[target / "figures" / "experiment.png"] = png_bytes(experiment_figure(res))
-            except InputError:
+            files = result_set(target, {"experiment.json": json.dumps(res, indent=1, sort_keys=True) + "\n",
+                                        "experiment.md": report.markdown(res, design)},
+                               "figures/experiment.png", lambda: experiment_figure(res))
+            if target / "figures" / "experiment.png" not in files:
                 note.append("matplotlib is not installed: no figure drawn")
             written = replace_all(files, target)
             note.append("written: " + ", ".join(str(p) for p in written))

@@ -6,10 +6,11 @@ from typing import Annotated, Optional
 import typer
 
 from softcapgrad.cli.common import emit, Json, not_with, Report, Wide
+from softcapgrad.cli.limits import path_given
 
 
 def reproduce(
-    out: Annotated[Path, typer.Option(help="Folder for claims.json, claims.md and figures/.")] = Path("results"),
+    out: Annotated[Path, typer.Option(parser=path_given, metavar="<path>", help="Folder for claims.json, claims.md and figures/.")] = Path("results"),
     only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids: recompute only those.")] = None,
     figures: Annotated[Optional[bool], typer.Option("--figures/--no-figures", help="Also write figures/ (default yes; needs the 'plot' extra).")] = None,
     force: Annotated[bool, typer.Option("--force", help="With --only: write the partial ledger over the full one.")] = False,

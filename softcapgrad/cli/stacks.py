@@ -6,12 +6,13 @@ from typing import Annotated, Optional
 import typer
 
 from softcapgrad.cli.common import emit, Json, Report, Wide
+from softcapgrad.cli.limits import path_given
 
 
 def stacks(
     record: Annotated[
         Optional[Path],
-        typer.Option("--record", help="Measure every CUDA stack on this machine's GPU and write the recording to "
+        typer.Option("--record", parser=path_given, metavar="<path>", help="Measure every CUDA stack on this machine's GPU and write the recording to "
                                       "this JSON file (needs CUDA)."),
     ] = None,
     json_out: Json = False,

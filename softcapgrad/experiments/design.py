@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from softcapgrad.core.names import EXPERIMENT_ARMS as ARMS, EXPERIMENT_BUDGET_STEPS, EXPERIMENT_STEP_SECONDS
 from softcapgrad.experiments.task import Task
 
-ARMS = ("bf16-eager", "bf16-patch", "bf16-patch-deadzone", "bf16-compile", "fp32-eager", "no-cap")
 TINY = "transformers Gemma2ForCausalLM (tiny, random init)"  # what the default run trains
 CORE = ("bf16-eager", "bf16-patch", "bf16-patch-deadzone")  # the three the paired ratios compare
 SHIFTS = ("rotation", "band")
@@ -91,6 +91,43 @@ QUICK = Design(phase1_steps=100, phase2_steps=100, seeds=(0, 1), monitor_every=2
                quick=True, depths=(0.5, 1.25, 4.0), arms=tuple(a for a in ARMS if a != "bf16-compile"),
                natural_steps=200, natural_every=100, sgd_lrs=(2.0,), sgd_pilot_seeds=(1000,), sgd_seeds=(0,),
                sgd_steps=60)
+
+
+def arms_at(design: Design, depth: float, shift: str) -> list[str]:
+    if shift == "band" and depth not in design.band_depths:
+        return []
+    return [a for a in design.arms if a in CORE or (shift == "rotation" and depth in design.side_depths)]
+
+
+def total_steps(design: Design) -> int:
+    """Training steps of the AdamW runs (phase 1 per seed, phase 2 per seed, depth, shift and arm), at most."""
+    runs = sum(len(arms_at(design, d, s)) for d in design.depths for s in design.shifts)
+    return len(design.seeds) * (design.phase1_steps + runs * design.phase2_steps)
+
+
+STEP_SECONDS, BUDGET_STEPS = EXPERIMENT_STEP_SECONDS, EXPERIMENT_BUDGET_STEPS  # where they come from: core/names
+
+
+def all_steps(design: Design) -> int:
+    """Every training step the design may take: the AdamW runs, the SGD pilot and setting, the natural run."""
+    sgd = 0
+    if set(CORE) <= set(design.arms) and design.sgd_lrs and design.sgd_seeds:
+        pilot = len(design.sgd_pilot_seeds) * (design.phase1_steps + len(design.sgd_lrs) * len(CORE) * design.sgd_steps)
+        sgd = pilot + len(design.sgd_seeds) * len(design.sgd_depths) * len(CORE) * design.sgd_steps
+    return total_steps(design) + sgd + design.natural_steps
+
+
+def within_budget(design: Design, what: str) -> tuple[int, float]:
+    """(training steps at most, estimated seconds) of ``design``; one line past BUDGET_STEPS, before any work.
+    ``what``: the options that set its size, for the message."""
+    from softcapgrad.core.checks import InputError
+
+    steps = all_steps(design)
+    if steps > BUDGET_STEPS:
+        raise InputError(f"{what}: {steps:,} training steps, about {steps * STEP_SECONDS / 3600:,.0f} h here; the "
+                         f"budget is {BUDGET_STEPS:,} steps (about {BUDGET_STEPS * STEP_SECONDS / 3600:.0f} h at "
+                         f"{STEP_SECONDS * 1000:g} ms a step)")
+    return steps, steps * STEP_SECONDS
 
 
 def design_seeds(effect: float, z: float = 1.96 + 0.84) -> tuple[float, int]:

@@ -52,6 +52,6 @@ def natural(design, base=None, initial=None) -> Natural:
         loss.backward()
         opt.step()
         if trace[-1]["loss"] is None:
-            trace[-1]["loss"] = round(float(loss), 4)
+            trace[-1]["loss"] = round(float(loss.detach()), 4)  # float() of a tensor that needs grad warns
     return Natural(seed, design.natural_steps, design.natural_lr, "bf16-eager", trace,
                    max(t["largest"] for t in trace), max(t["dead_share"] for t in trace))

@@ -199,8 +199,9 @@ def answer(res: dict) -> tuple[str, ...]:
         return ("No bf16-eager ÷ bf16-patch ratio: bf16-eager or bf16-patch was not run.",)
     deepest = max(r["depth"] for r in rows)
     at = [r for r in rows if r["depth"] == deepest]
-    first = (f"Over {len(d['seeds'])} seeds, bf16 eager against the patch (geometric mean of the paired per-seed step "
-             f"ratios, {d['confidence']:.0%} bootstrap interval) at depth {deepest:g}× " +
+    n = len(d["seeds"])
+    first = (f"Over {n} seed{'s' if n != 1 else ''}, bf16 eager against the patch (geometric mean of the paired "
+             f"per-seed step ratios, {d['confidence']:.0%} bootstrap interval) at depth {deepest:g}× " +
              "; ".join(f"{r['shift']} shift: {r['total']['verdict']}" for r in at) + ".")
     costly = [r for r in rows if r["total"]["low"] > 1.0]
     if costly:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from softcapgrad.core import progress
 from softcapgrad.core.checks import InputError
 from softcapgrad.experiments import arms as armset, task as tasks
-from softcapgrad.experiments.design import CORE, TINY, Design
+from softcapgrad.experiments.design import CORE, TINY, Design, arms_at, total_steps
 from softcapgrad.experiments.loop import ArmRun, confident, phase1, pre_cap_logits, run_arm
 from softcapgrad.experiments.natural import Natural, natural
 
@@ -51,17 +51,6 @@ class Measured:
     sgd_pilot: list[dict] | None = None  # per learning rate: the pilot's steps and whether it passed
     sgd_runs: list[ArmRun] | None = None
     natural: Natural | None = None
-
-
-def arms_at(design: Design, depth: float, shift: str) -> list[str]:
-    if shift == "band" and depth not in design.band_depths:
-        return []
-    return [a for a in design.arms if a in CORE or (shift == "rotation" and depth in design.side_depths)]
-
-
-def total_steps(design: Design) -> int:
-    runs = sum(len(arms_at(design, d, s)) for d in design.depths for s in design.shifts)
-    return len(design.seeds) * (design.phase1_steps + runs * design.phase2_steps)
 
 
 def measure(design: Design, base=None, initial: dict | None = None, model: str = "") -> Measured:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from softcapgrad.core.report import Report, Table
-from softcapgrad.laws.saturation import knee_exact, sech2
+from softcapgrad.laws.saturation import MAX_A_OVER_C, knee_exact, sech2
 
 
 def attenuation_from_output(z: np.ndarray, c: float) -> np.ndarray:
@@ -68,9 +68,6 @@ class Attenuation:
     asymptote: float  # 4·exp(−2a/c)
     asymptote_rel_error: float  # (asymptote − attenuation)/attenuation
     pointwise_slowdown: float  # 1/attenuation
-
-
-MAX_A_OVER_C = 350.0  # sech²(350) ≈ 4e-304 is still a normal float64; cosh²(350) is finite
 
 
 def attenuation_table(multiples: list[float]) -> list[Attenuation]:

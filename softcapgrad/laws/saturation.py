@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+MAX_A_OVER_C = 350.0  # sech²(350) ≈ 4e-304 is still a normal float64; cosh²(350) is finite
+
 
 def sech2(x: np.ndarray) -> np.ndarray:
     """sech²(x) = 1/cosh²(x); 0 once cosh overflows."""
