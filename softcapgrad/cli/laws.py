@@ -5,24 +5,33 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.core.checks import at_least, finite, increasing_range, positive, positives, within
-from softcapgrad.core.names import DYNAMICS_BACKWARDS, KNEE_FUNCTIONS, KNEE_STACKS, STACK_PATHS
+from softcapgrad.core.checks import increasing_range, positives
+from softcapgrad.core.names import DYNAMICS_BACKWARDS, HORIZON_FUNCTIONS, KNEE_FUNCTIONS, KNEE_STACKS, STACK_PATHS
 from softcapgrad.cli.common import (
     Caps, cap_in_format, choice, Dtypes, emit, InputError, Json, not_with, one_of, pick, Plot, Report, Wide
 )
 from softcapgrad.core.checks import fp32_cap, in_range
+from softcapgrad.cli.limits import Bound, CAP, FINITE, FP32_MAX, FP64_MAX
+from softcapgrad.laws.saturation import MAX_A_OVER_C
 
 
 MAX_POINTS = 50_000_000  # the autograd check holds about 10 float64 arrays of this length: 4 GB
+MAX_STEPS = 1_000_000  # a step takes about 3 µs in float64 (numpy), 50 µs in bf16/fp16/fp32 (torch): a minute at most
+AT = Bound(-MAX_A_OVER_C, MAX_A_OVER_C, "past it sech²(a/c) underflows float64")
+SIGMOID = Bound(0.0, FP32_MAX, "the stacks compute the sigmoid cap in float32", lo_open=True)
 
 
 def identity(
-    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
-    points: Annotated[int, typer.Option(help=f"Grid points for the autograd check (2 to {MAX_POINTS:,}).")] = 2_000_000,
+    cap: Annotated[float, typer.Option(callback=CAP, help="Cap c > 0.")] = 30.0,
+    points: Annotated[int, typer.Option(
+        callback=Bound(2, MAX_POINTS, "memory grows with the grid: about 10 float64 arrays of it"),
+        help=f"Grid points for the autograd check (2 to {MAX_POINTS:,}).")] = 2_000_000,
     range_: Annotated[
-        tuple[float, float], typer.Option("--range", help="Range of a for the autograd check, in units of c.")
+        tuple[float, float], typer.Option("--range", callback=FINITE, help="Range of a for the autograd check, in "
+                                                                           "units of c (finite).")
     ] = (-8.0, 8.0),
-    at: Annotated[Optional[list[float]], typer.Option("--at", help="Extra a/c multiples for the table.")] = None,
+    at: Annotated[Optional[list[float]], typer.Option("--at", callback=AT, help=f"Extra a/c multiples for the table "
+                                                                               f"(|a/c| at most {MAX_A_OVER_C:g}).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -30,19 +39,15 @@ def identity(
     """Is dz/da = 1 − (z/c)² = sech²(a/c) exact against autograd; how strong is the attenuation at a = c, 2c, 4c."""
 
     def build() -> Report:
-        from softcapgrad.laws.attenuation import MAX_A_OVER_C, identity_report
+        from softcapgrad.laws.attenuation import identity_report
 
         import numpy as np
 
         c = cap_in_format("--cap", cap, np.dtype(np.float64), "a/c and the closed forms are computed")
-        at_least("--points", points, 2)
-        if points > MAX_POINTS:
-            raise InputError(f"--points {points}: at most {MAX_POINTS:,} (memory grows with the grid)")
         lo, hi = increasing_range("--range", *range_)
         if not (math.isfinite(lo * c) and math.isfinite(hi * c)):
             raise InputError(f"--range {lo:g} {hi:g}: times the cap {c:g} it overflows float64")
-        extra = [within("--at", m, -MAX_A_OVER_C, MAX_A_OVER_C, closed_lo=True) for m in at or []]
-        multiples = list(dict.fromkeys([1.0, 2.0, 4.0] + extra))
+        multiples = list(dict.fromkeys([1.0, 2.0, 4.0, *(at or [])]))
         return identity_report(c, points, lo, hi, multiples, curve=plot is not None)
 
     emit(build, json_out, wide, plot, "identity")
@@ -50,7 +55,9 @@ def identity(
 
 def ratchet(
     cap: Caps = None,
-    level: Annotated[Optional[list[float]], typer.Option("--level", help="Confidence f in [0, 1) (repeatable).")] = None,
+    level: Annotated[Optional[list[float]], typer.Option(
+        "--level", callback=Bound(0.0, 1.0, "a = c·atanh(f) is infinite at f = 1", hi_open=True),
+        help="Confidence f in [0, 1) (repeatable).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -62,7 +69,7 @@ def ratchet(
 
         import numpy as np
 
-        levels = [within("--level", f, 0.0, 1.0, closed_lo=True) for f in (level or [0.9, 0.99, 0.999])]
+        levels = level or [0.9, 0.99, 0.999]
         top = math.atanh(max(levels))
         caps = [cap_in_format("--cap", c, np.dtype(np.float64), "a = c·atanh(f) is computed") for c in cap or [30.0]]
         for c in caps:  # the largest level's input must stay finite too
@@ -90,7 +97,7 @@ def knee(
     wide: Wide = False,
     plot: Plot = None,
 ) -> None:
-    """Where tanh(x) (or a sigmoid) is stored as exactly 1.0 in each float format."""
+    """Where tanh(x) or a sigmoid is stored as exactly 1.0 per format; where a sigmoid or softplus gate saturates."""
 
     def build() -> Report:
         from softcapgrad.laws import formats
@@ -108,11 +115,19 @@ def knee(
         backends = pick("--backend", backend, KNEE_BACKENDS, ["exact"])
         fns = pick("--fn", fn, KNEE_FUNCTIONS, ["tanh"])
         if "tanh" not in fns:
-            not_with({"--cap": caps}, "to the sigmoid alone: its pre-cap horizon depends on its scale (see horizon --path)")
+            not_with({"--cap": caps}, "to a gate alone: a sigmoid cap's pre-cap horizon depends on its scale (see "
+                                      "horizon --path)")
+        if fns == ["softplus"]:
+            not_with({"--backend": backend, "--plot": plot}, "to softplus alone: it is never stored as 1.0 (its "
+                                                             "points are searched exactly; the figure is the knee's)")
         stack_knee = None
         if any(b not in BACKENDS for b in backends):
             from softcapgrad.stacks.knees import stack_knee
-        return knee_report(dtypes, caps, backends, fns, stack_knee)
+        if fns == ["tanh"]:  # the gate laws' module only where a gate is asked for: knee alone starts faster
+            return knee_report(dtypes, caps, backends, fns, stack_knee)
+        from softcapgrad.laws.gates import knee_with_gates
+
+        return knee_with_gates(dtypes, caps, backends, fns, stack_knee)
 
     emit(build, json_out, wide, plot, "knee")
 
@@ -120,8 +135,12 @@ def knee(
 def horizon(
     cap: Caps = None,
     dtype: Annotated[Optional[str], typer.Option(help="Float format of the scores and the cap: bf16 (default), fp16, fp32 or fp64.")] = None,
-    at: Annotated[Optional[list[float]], typer.Option("--at", help="Probe inputs a (default 4c per cap).")] = None,
-    sweep: Annotated[Optional[int], typer.Option(help="How many inputs before the first zero gradient to show (0 to 1000; default 6).")] = None,
+    at: Annotated[Optional[list[float]], typer.Option(
+        "--at", callback=Bound(0.0, FP64_MAX, "a probe is a positive float64", lo_open=True),
+        help="Probe inputs a > 0 (default 4c per cap; at most the format's largest value).")] = None,
+    sweep: Annotated[Optional[int], typer.Option(
+        callback=Bound(0, 1000, "a row each"),
+        help="How many inputs before the first zero gradient to show (0 to 1000; default 6).")] = None,
     path: Annotated[
         Optional[list[str]],
         typer.Option("--path", help=f"A real stack (repeatable, or all; replaces --dtype): {one_of(STACK_PATHS)}. "
@@ -133,9 +152,16 @@ def horizon(
         typer.Option("--scores", help="With --path: the scores formats (repeatable; default bf16 and fp32; each "
                                       "stack shows those it applies to)."),
     ] = None,
-    sigmoid_max: Annotated[Optional[float], typer.Option(help="Sigmoid cap m in m·σ((l + b)/s) (default 2c).")] = None,
-    sigmoid_scale: Annotated[Optional[float], typer.Option(help="Sigmoid cap s (default c/2).")] = None,
-    sigmoid_shift: Annotated[Optional[float], typer.Option(help="Sigmoid cap b (default 0).")] = None,
+    sigmoid_max: Annotated[Optional[float], typer.Option(
+        callback=SIGMOID, help="Sigmoid cap m > 0 in m·σ((l + b)/s) (default 2c; a float32).")] = None,
+    sigmoid_scale: Annotated[Optional[float], typer.Option(
+        callback=SIGMOID, help="Sigmoid cap s > 0 (default c/2; a float32).")] = None,
+    sigmoid_shift: Annotated[Optional[float], typer.Option(
+        callback=Bound(-FP32_MAX, FP32_MAX, "the stacks compute in float32"),
+        help="Sigmoid cap b (default 0; a float32).")] = None,
+    fn: Annotated[Optional[str], typer.Option("--fn", help=f"{one_of(HORIZON_FUNCTIONS)}: the soft-cap c·tanh(a/c) "
+                                                           "(default), or a sigmoid or softplus gate on its own, "
+                                                           "eager and compiled.")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -146,8 +172,13 @@ def horizon(
         from softcapgrad.laws import formats
         from softcapgrad.laws.horizon import cap_range, horizon_report
 
+        gate = choice("--fn", fn, HORIZON_FUNCTIONS) if fn is not None else "tanh"
+        if gate != "tanh":
+            not_with({"--cap": cap, "--at": at, "--sweep": sweep, "--path": path, "--scores": scores,
+                      "--sigmoid-max": sigmoid_max, "--sigmoid-scale": sigmoid_scale, "--sigmoid-shift": sigmoid_shift,
+                      "--plot": plot}, f"with --fn {gate}: a gate on its own has no cap; --dtype gives its format")
         caps = positives("--cap", cap or [30.0, 50.0])
-        probes = [float(positive("--at", a)) for a in at] if at else None
+        probes = [float(a) for a in at] if at else None
         if path:
             caps = [fp32_cap("--cap", c) for c in caps]
             from softcapgrad.stacks.reports import horizon_paths_report
@@ -161,9 +192,7 @@ def horizon(
                 resolve_path(name)  # a bad or dropped name fails before any computation
             wanted = [formats.canonical_name(s) for s in scores or []]
             sig = Sigmoid(
-                m=None if sigmoid_max is None else positive("--sigmoid-max", sigmoid_max),
-                s=None if sigmoid_scale is None else positive("--sigmoid-scale", sigmoid_scale),
-                b=finite("--sigmoid-shift", sigmoid_shift or 0.0),
+                m=sigmoid_max, s=sigmoid_scale, b=sigmoid_shift or 0.0,
             )
             return horizon_paths_report(names, wanted or None, caps, sig, every)
         not_with({"--sigmoid-max": sigmoid_max, "--sigmoid-scale": sigmoid_scale, "--sigmoid-shift": sigmoid_shift,
@@ -171,6 +200,10 @@ def horizon(
         fmt = formats.resolve(dtype or "bf16")
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
+        if gate != "tanh":
+            from softcapgrad.stacks.gates import gate_horizon_report
+
+            return gate_horizon_report(gate, fmt)
         caps = [cap_in_format("--cap", c, fmt, "a/c and the tanh are computed") for c in caps]
         bounds = cap_range(fmt)
         caps = [in_range("--cap", c, bounds.lo, bounds.hi, bounds.why) for c in caps]
@@ -180,26 +213,48 @@ def horizon(
         for a in probes or []:
             if a > largest:
                 raise InputError(f"--at {a:g}: larger than the largest {fmt.name} value {largest:g}")
-        shown = 6 if sweep is None else sweep
-        if not 0 <= shown <= 1000:
-            raise InputError(f"--sweep {sweep}: must lie in 0..1000")
-        return horizon_report(caps, fmt, probes, shown, curve=plot is not None)
+        return horizon_report(caps, fmt, probes, 6 if sweep is None else sweep, curve=plot is not None)
 
     emit(build, json_out, wide, plot, "horizon")
 
 
+def _countable(option: str, a0: float, s) -> None:
+    """The continuous-time count ∫ da / (lr·p·sech²(a/c)) from the end point to ``a0`` stays a float64: its smallest
+    step lr·threshold·sech² (p falls to the threshold at the end; sech² is least at the largest |a|) times the
+    largest float64 must exceed the distance, else one line before anything runs."""
+    from softcapgrad.laws.dynamics import end_point
+
+    for capped in (True, False):
+        end = end_point(s, capped)
+        if end is None or not math.isfinite(end) or a0 <= end:
+            continue
+        farthest = max(abs(a0), abs(end)) / s.cap
+        step = s.lr * s.threshold * (1.0 / math.cosh(farthest) ** 2 if capped else 1.0)
+        if not a0 - end <= step * FP64_MAX / 2:
+            raise InputError(f"{option} {a0:g} with --lr {s.lr:g} and --threshold {s.threshold:g}: the smallest step "
+                             f"on the way, lr·threshold{'·sech²(a/c)' if capped else ''} = {step:.3g}, leaves the "
+                             "step count past float64's range; raise --lr or --threshold")
+
+
 def dynamics(
-    a0: Annotated[float, typer.Option("--a0", help="Starting pre-cap logit of the wrong class.")] = 40.0,
-    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
-    lr: Annotated[float, typer.Option(help="Gradient-descent learning rate > 0.")] = 1.0,
-    threshold: Annotated[float, typer.Option(help="Stop when the wrong class's probability falls below this, in (0, 1).")] = 1e-3,
-    classes: Annotated[int, typer.Option(help="Number of classes K ≥ 2 (the others sit at logit 0).")] = 2,
-    correct: Annotated[float, typer.Option(help="The correct class's fixed logit.")] = 0.0,
-    max_steps: Annotated[int, typer.Option(help="Give up after this many steps.")] = 100_000,
+    a0: Annotated[float, typer.Option("--a0", callback=FINITE, help=f"Starting pre-cap logit of the wrong class "
+                                                                     f"(|a0| at most {MAX_A_OVER_C:g}c).")] = 40.0,
+    cap: Annotated[float, typer.Option(callback=CAP, help="Cap c > 0.")] = 30.0,
+    lr: Annotated[float, typer.Option(callback=Bound(0.0, FP64_MAX, "a finite float64", lo_open=True),
+                                      help="Gradient-descent learning rate > 0.")] = 1.0,
+    threshold: Annotated[float, typer.Option(
+        callback=Bound(0.0, 1.0, "a probability", lo_open=True, hi_open=True),
+        help="Stop when the wrong class's probability falls below this, in (0, 1).")] = 1e-3,
+    classes: Annotated[int, typer.Option(callback=Bound(2, 2**53, "K − 2 is counted in float64, exact to 2^53"),
+                                         help="Number of classes K ≥ 2 (the others sit at logit 0; at most 2^53).")] = 2,
+    correct: Annotated[float, typer.Option(callback=FINITE, help="The correct class's fixed logit.")] = 0.0,
+    max_steps: Annotated[int, typer.Option(callback=Bound(1, MAX_STEPS, "up to a minute a start in bf16 here"),
+                                           help=f"Give up after this many steps (1 to {MAX_STEPS:,}).")] = 100_000,
     dtype: Annotated[str, typer.Option(help="fp64 (numpy), or bf16, fp16, fp32: the cap in that format by torch autograd.")] = "fp64",
     sweep: Annotated[bool, typer.Option("--sweep", help="Also sweep the starting point.")] = False,
     sweep_a0: Annotated[
-        Optional[list[float]], typer.Option("--sweep-a0", help="Starting points of the sweep (repeatable; implies --sweep).")
+        Optional[list[float]], typer.Option("--sweep-a0", callback=FINITE,
+                                            help="Starting points of the sweep (repeatable; implies --sweep).")
     ] = None,
     backward: Annotated[
         str, typer.Option(help=f"{one_of(DYNAMICS_BACKWARDS)} (remedy: softcapgrad.softcap; bf16, fp16, fp32 only).")
@@ -212,7 +267,6 @@ def dynamics(
 
     def build() -> Report:
         from softcapgrad.laws import formats
-        from softcapgrad.laws.attenuation import MAX_A_OVER_C
         from softcapgrad.laws.dynamics import EAGER, Backward, Setting, dynamics_report
 
         fmt = formats.resolve(dtype)
@@ -220,13 +274,9 @@ def dynamics(
             raise InputError(f"--dtype {dtype}: dynamics runs in bf16, fp16, fp32 or fp64")
         setting = Setting(
             cap=cap_in_format("--cap", cap, fmt, "the cap is computed"),
-            lr=positive("--lr", lr),
-            threshold=within("--threshold", threshold, 0.0, 1.0),
-            classes=at_least("--classes", classes, 2),
-            correct=finite("--correct", correct),
-            max_steps=at_least("--max-steps", max_steps, 1),
+            lr=lr, threshold=threshold, classes=classes, correct=correct, max_steps=max_steps,
         )
-        starts = [finite("--sweep-a0", x) for x in sweep_a0] if sweep_a0 else None
+        starts = sweep_a0 or None
         if (sweep or plot is not None) and not starts:
             starts = [float(x) for x in range(10, 131, 10)]
         mode = choice("--backward", backward, DYNAMICS_BACKWARDS)
@@ -236,6 +286,7 @@ def dynamics(
             if not abs(start) <= MAX_A_OVER_C * setting.cap:
                 raise InputError(f"{option} {start:g}: |a0| must be at most {MAX_A_OVER_C:g}·c = "
                                  f"{MAX_A_OVER_C * setting.cap:g}; past it sech²(a0/c) underflows float64")
+            _countable(option, start, setting)
         backward_fn = EAGER
         if mode == "remedy":
             from softcapgrad.training.remedy import softcap
