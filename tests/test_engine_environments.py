@@ -4,6 +4,8 @@ repaired on install and refused otherwise, in one line; each under the cache fol
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,40 @@ def test_a_failing_install_is_one_line(tmp_path):
         envs.install("bad", tmp_path / "cache", path=path)
     assert "could not be installed" in str(err.value) and "\n" not in str(err.value)
     assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".bad.lock")]  # nothing half-built
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_a_build_folder_whose_process_is_gone_is_removed_by_the_listing_and_by_install(empty, tmp_path,
+                                                                                       monkeypatch):
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    root = envs.cache_root()
+    pid = _dead_pid()
+    left = root / f".transformers-4-0123456789abcdef.building-{pid}"
+    (left / "lib").mkdir(parents=True)
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
+        try:
+            building = root / f".transformers-4-0123456789abcdef.building-{alive.pid}"  # a build still running: kept
+            building.mkdir()
+            result = CliRunner().invoke(app, ["engines"])
+            assert result.exit_code == 0
+            assert result.stderr.splitlines() == [
+                f"softcapgrad engines: removed {left.name}, left by a build that was stopped (process {pid} is gone)"]
+            assert not left.exists() and building.is_dir()
+        finally:
+            alive.kill()
+    own, path = empty
+    left = own / f".tiny-0123456789abcdef.building-{pid}"
+    left.mkdir(parents=True)
+    lines = []
+    envs.install("tiny", own, lines.append, path)
+    assert lines[0] == f"removed {left.name}, left by a build that was stopped (process {pid} is gone)"
+    assert not left.exists()

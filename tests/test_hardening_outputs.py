@@ -227,7 +227,8 @@ main()
 
 
 @pytest.mark.parametrize("phase, message, new", [
-    ("moving", "softcapgrad: terminated after all 3 file(s) were replaced (the set is whole)", True),
+    ("moving", "softcapgrad: terminated after all 3 file(s) were replaced (the set is whole): {out}/claims.json, "
+               "{out}/claims.md, {out}/claims.raw.json", True),
     ("writing", "softcapgrad: terminated before any file was replaced; 3 file(s) left as they were", False),
 ])
 def test_sigterm_during_reproduce_leaves_the_set_whole(tmp_path, phase, message, new):
@@ -236,7 +237,8 @@ def test_sigterm_during_reproduce_leaves_the_set_whole(tmp_path, phase, message,
     for name in ("claims.json", "claims.md", "claims.raw.json"):
         (out / name).write_text("old")
     proc = subprocess.run([sys.executable, "-c", CHILD, str(out), phase], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM and proc.stderr.strip() == message, (proc.returncode, proc.stderr)
+    assert proc.returncode == 128 + signal.SIGTERM and proc.stderr.strip() == message.format(out=out), (
+        proc.returncode, proc.stderr)
     texts = [(out / name).read_text() for name in ("claims.json", "claims.md", "claims.raw.json")]
     assert all(t != "old" for t in texts) if new else all(t == "old" for t in texts)
     if new:

@@ -158,7 +158,8 @@ def test_an_interrupt_while_moving_is_held_until_the_set_is_whole(cli, tmp_path,
     monkeypatch.setattr(files.os, "replace", interrupt_first)
     code, _, _, err = _partial(cli, tmp_path)
     assert code == 130
-    assert err.strip() == "softcapgrad: interrupted after all 3 file(s) were replaced (the set is whole)"
+    assert err.strip() == ("softcapgrad: interrupted after all 3 file(s) were replaced (the set is whole): "
+                           + ", ".join(str(tmp_path / n) for n in ("claims.json", "claims.md", "claims.raw.json")))
     assert json.loads((tmp_path / "claims.json").read_text())["claims"] == 3
     assert not [p for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.")], "the stage is gone"
 

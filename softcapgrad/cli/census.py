@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import bounded, emit, InputError, Json, not_with, pick, Report, Wide
+from softcapgrad.cli.common import emit, InputError, Json, not_with, pick, Report, result_set, Wide
+from softcapgrad.cli.limits import Bound, path_given
 
 FILES = ("census.json", "census.md", "figures/census.png")
 
@@ -29,7 +30,9 @@ def refusal_kind(row) -> str:
     return kind(row)
 
 
-def census_report(result, seconds: float, out: Optional[Path], cpu: float | None = None) -> Report:
+def census_report(result, seconds: float, out: Optional[Path], cpu: float | None = None,
+                  written: tuple = ()) -> Report:
+    """The census as a report; ``written``: the files put in place (none: nothing was written)."""
     from softcapgrad.core.report import Table
 
     counts = result.counts()
@@ -58,20 +61,23 @@ def census_report(result, seconds: float, out: Optional[Path], cpu: float | None
                 {"model_type": r.model_type, "status": r.status, "kind": refusal_kind(r), "reason": r.reason}
                 for r in result.rows if r.status != "audited"], ("model_type", "status"), wide=("kind", "reason")),
         ),
-        notes=(f"written: {', '.join(str(out / f) for f in FILES)}" if out else "nothing written (--out none)",
+        notes=(f"written: {', '.join(map(str, written))}" if written else "nothing written (--out none)",
                "every row, cap and gate contract is in census.json and census.md"),
         answer=answer,
     )
 
 
 def census(
-    out: Annotated[Optional[Path], typer.Option(help="Folder for census.json, census.md and figures/census.png "
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
+                                                help="Folder for census.json, census.md and figures/census.png "
                                                      "(default results; 'none' writes nothing).")] = Path("results"),
     model_type: Annotated[Optional[list[str]], typer.Option("--model-type", help="Only these model types (repeatable).")] = None,
     attn: Annotated[Optional[list[str]], typer.Option("--attn", help="Attention implementations (repeatable; default "
                                                                     "eager and sdpa).")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Processes to share the model types among (default: the "
-                                                         "CPUs, at most 4); the files are the same for any number.")] = None,
+    workers: Annotated[Optional[int], typer.Option(
+        callback=Bound(1, 64, "each worker holds its own torch and transformers"),
+        help="Processes to share the model types among (1 to 64; default: the CPUs, at most 4); the files are the "
+             "same for any number.")] = None,
     force: Annotated[bool, typer.Option("--force", help="With --model-type: write the partial census over a "
                                                       "fuller one in --out.")] = False,
     json_out: Json = False,
@@ -89,7 +95,7 @@ def census(
         import torch
 
         from softcapgrad.core import progress
-        from softcapgrad.core.files import check_targets, write_atomic
+        from softcapgrad.core.files import check_targets, replace_all
         from softcapgrad.models import audit, census as run
 
         target = None if out is not None and str(out).lower() == "none" else out
@@ -106,7 +112,7 @@ def census(
         import os
         import resource
 
-        processes = bounded("--workers", min(4, os.cpu_count() or 1) if workers is None else workers, 1, 64)
+        processes = min(4, os.cpu_count() or 1) if workers is None else workers
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         start, cpu = time.perf_counter(), time.process_time() - children.ru_utime - children.ru_stime
         try:
@@ -118,18 +124,15 @@ def census(
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         seconds = time.perf_counter() - start
         cpu = time.process_time() + children.ru_utime + children.ru_stime - cpu  # the workers' CPU time too
-        if target is not None:
-            write_atomic(target / "census.json", json.dumps(run.as_dict(result), indent=1, sort_keys=True) + "\n")
-            write_atomic(target / "census.md", run.markdown(result))
-            try:
-                from softcapgrad.core.plot import save
-                from softcapgrad.models.census_figure import census_figure
+        written: list = []
+        if target is not None:  # the set is staged whole (the figure too), then put in place together
+            from softcapgrad.models.census_figure import census_figure
 
-                (target / "figures").mkdir(parents=True, exist_ok=True)
-                save(census_figure(result), target / "figures" / "census.png")
-            except InputError:
-                pass  # matplotlib is an extra: the tables are written without it
-        report = census_report(result, seconds, target, cpu)
+            written = replace_all(result_set(target, {"census.json": json.dumps(run.as_dict(result), indent=1,
+                                                                                  sort_keys=True) + "\n",
+                                                      "census.md": run.markdown(result)},
+                                             "figures/census.png", lambda: census_figure(result)), target)
+        report = census_report(result, seconds, target, cpu, tuple(written))
         if kept:
             said = f"This partial census left the fuller one in {out} in place; --force writes it over that one."
             report = dataclasses.replace(report, answer=(*report.answer, said),

@@ -22,8 +22,9 @@ from typer.core import TyperGroup
 
 from softcapgrad import __version__
 from softcapgrad.core.checks import InputError, choice
+from softcapgrad.cli.limits import CAP, path_given
 from softcapgrad.laws.formats import FORMAT_NAMES
-from softcapgrad.core.report import Report, as_json, render_table
+from softcapgrad.core.report import Report, as_json, printable, render_table
 
 PROG = "softcapgrad"
 
@@ -39,7 +40,7 @@ class _OneLineErrors(TyperGroup):
 
     Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input or a target (a file, stdout) that cannot be
     written (a full disk, /dev/full), 3 an internal error, 130 interrupted,
-    143 terminated (SIGTERM held until reproduce's files were all in place).
+    143 terminated (SIGTERM held until a result set's files were all in place).
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -69,7 +70,7 @@ class _OneLineErrors(TyperGroup):
             typer.echo(f"{PROG}: error: {where}{' '.join(err.format_message().split())}", err=True)
             return err.exit_code
         if "InputError" in kind:  # a target that cannot be written, found outside emit (a command's own files)
-            typer.echo(f"{PROG}: error: {err}", err=True)
+            typer.echo(f"{PROG}: error: {printable(str(err))}", err=True)  # a path or name from outside: escaped
             return 2
         if os.environ.get("SOFTCAPGRAD_DEBUG"):  # a bug of ours: one line, not a traceback, unless asked
             raise err
@@ -129,13 +130,14 @@ def one_of(values) -> str:
 
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (every column) instead of tables.")]
 Wide = Annotated[bool, typer.Option("--wide", help="Also print the secondary columns.")]
-Caps = Annotated[Optional[list[float]], typer.Option("--cap", help="Cap c > 0 (repeatable).")]
+Caps = Annotated[Optional[list[float]], typer.Option("--cap", callback=CAP, help="Cap c > 0 (repeatable).")]
 Dtypes = Annotated[
     Optional[list[str]],
     typer.Option("--dtype", help=f"Float format (repeatable, case-insensitive): {one_of(FORMAT_NAMES)}, or all; "
                                  "short forms such as bf16, fp16, e4m3fn are accepted."),
 ]
-Plot = Annotated[Optional[Path], typer.Option("--plot", help="Also draw the result as a PNG figure (needs the 'plot' extra).")]
+Plot = Annotated[Optional[Path], typer.Option("--plot", parser=path_given, metavar="<path>",
+                                            help="Also draw the result as a PNG figure (needs the 'plot' extra).")]
 
 
 def sections_option(names: tuple[str, ...]):
@@ -199,13 +201,13 @@ def _progress_on_stderr(show: bool, what: str) -> Iterator[None]:
 
     from softcapgrad.core import progress
 
-    bars = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    bars = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(),
                     console=Console(stderr=True), transient=True)
 
     @contextlib.contextmanager
     def reporter(description: str, total: float | None):
-        task = bars.add_task(description, total=total)
+        task = bars.add_task(printable(description), total=total)  # a file's name, escaped as in the answer
         try:
             yield lambda n=1.0: bars.advance(task, n)
         finally:
@@ -255,26 +257,29 @@ def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: 
     ``--plot`` is checked (extra installed, path writable) before the computation, so a bad
     path never costs the result.
     """
-    written = []
-    try:
-        if plot is not None:
-            from softcapgrad.ledger import figures
-            from softcapgrad.core.files import writable_target
+    from softcapgrad.core import replaced
 
-            figures.check_plot_path(plot)
-            writable_target(plot, "--plot")
-        with _progress_on_stderr(sys.stderr.isatty() and not json_out, f"{PROG} {command}".strip()):
-            report = build()
+    try:
+        with replaced.record() as written:  # every result set put in place, for an interrupt's line
             if plot is not None:
-                written.append(figures.plot(report, plot))
+                from softcapgrad.ledger import figures
+                from softcapgrad.core.files import writable_target
+
+                figures.check_plot_path(plot)
+                writable_target(plot, "--plot")
+            with _progress_on_stderr(sys.stderr.isatty() and not json_out, f"{PROG} {command}".strip()):
+                report = build()
+                if plot is not None:
+                    written.append(figures.plot(report, plot))
     except InputError as err:
-        typer.echo(f"{PROG}: error: {err}", err=True)
+        typer.echo(f"{PROG}: error: {printable(str(err))}", err=True)  # a path or name from outside: escaped
         raise typer.Exit(2) from None
     except KeyboardInterrupt as err:
         from softcapgrad.core.files import Interrupted
 
         what = (err.message if isinstance(err, Interrupted) else
-                f"{written[0]} was written; nothing else" if written else "no file was written or changed")
+                f"{', '.join(map(str, written))} {'was' if len(written) == 1 else 'were'} written; nothing else"
+                if written else "no file was written or changed")
         told = what.startswith(("interrupted", "terminated"))
         typer.echo(f"{PROG}: {what if told else 'interrupted; ' + what}", err=True)
         raise typer.Exit(128 + int(getattr(err, "signum", 2))) from None  # 130 for SIGINT, 143 for SIGTERM
@@ -290,6 +295,20 @@ def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: 
         raise typer.Exit(stdout_unwritable(err)) from None
     if not report.ok:
         raise typer.Exit(1)
+
+
+def result_set(out: Path, texts: dict[str, str], figure: str, draw: Callable[[], object]) -> dict[Path, str | bytes]:
+    """A command's result files in ``out``, for core/files.replace_all to put in place as one set: the texts, and
+    ``figure``, drawn by ``draw``, as a PNG where matplotlib (an extra) is installed; without it, the texts alone."""
+    from softcapgrad.core.plot import png_bytes, pyplot
+
+    files: dict[Path, str | bytes] = {out / name: text for name, text in texts.items()}
+    try:
+        pyplot()
+    except InputError:
+        return files
+    files[out / figure] = png_bytes(draw())
+    return files
 
 
 def _version(value: bool) -> None:

@@ -8,13 +8,17 @@ import typer
 from softcapgrad.core.checks import fp32_cap, positive
 from softcapgrad.core.names import STACK_PATHS
 from softcapgrad.cli.common import (
-    bounded, choice, emit, InputError, Json, not_with, one_of, pick, Plot, Report, seed_in_range, Wide
+    choice, emit, InputError, Json, not_with, one_of, pick, Plot, Report, seed_in_range, Wide
 )
+from softcapgrad.cli.limits import Bound, FP32_MAX, FP32_NORMAL, path_given, SEED
 
 
 def scan(
-    file: Annotated[Path, typer.Argument(help="A .pt, .npy or .safetensors file of pre-cap values.")],
-    cap: Annotated[float, typer.Option(help="Cap c > 0.")] = 30.0,
+    file: Annotated[Path, typer.Argument(parser=path_given, metavar="{file}",
+                                         help="A .pt, .npy or .safetensors file of pre-cap values.")],
+    cap: Annotated[float, typer.Option(callback=Bound(FP32_NORMAL, FP32_MAX, "the stacks compute a/c in fp32 "
+                                                                             "(normal range)"),
+                                       help="Cap c > 0 (a normal float32).")] = 30.0,
     dtype: Annotated[Optional[str], typer.Option(help="Scores format the model rounds the values to: bf16 (default), fp16 "
                                                       "or fp32; for every --path that is a stack name.")] = None,
     path: Annotated[Optional[list[str]], typer.Option(
@@ -53,7 +57,9 @@ def scan(
 
 def audit_model(
     directory: Annotated[
-        Optional[Path], typer.Argument(help="A local model directory with config.json (weights used when present; never downloaded).")
+        Optional[Path], typer.Argument(parser=path_given, metavar="[directory]",
+                                       help="A local model directory with config.json (weights used when present; "
+                                            "never downloaded).")
     ] = None,
     model_type: Annotated[Optional[str], typer.Option("--model-type", help="A transformers model type, built tiny from its config (see --set).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Config field KEY=VALUE (repeatable; SUB.KEY inside a sub-config).")] = None,
@@ -64,12 +70,22 @@ def audit_model(
     dtype: Annotated[str, typer.Option(help="Format of the parameters: bf16, fp16 or fp32.")] = "bf16",
     autocast: Annotated[Optional[str], typer.Option(help="Run under torch.autocast in bf16 or fp16 (with --dtype fp32).")] = None,
     inputs: Annotated[
-        Optional[Path], typer.Option("--inputs", help="Token ids: .npy or .pt integer array (1-D or 2-D), or .txt (one sequence a line).")
+        Optional[Path], typer.Option("--inputs", parser=path_given, metavar="<path>",
+                                     help="Token ids: .npy or .pt integer array (1-D or 2-D), or .txt (one sequence "
+                                          "a line).")
     ] = None,
-    batch: Annotated[Optional[int], typer.Option(help="Sequences of random token ids (default 2; not with --inputs).")] = None,
-    seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="Length of the random sequences (default 16; not with --inputs).")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of the random weights, token ids and dropout (default 0).")] = None,
-    scale_logits: Annotated[float, typer.Option("--scale-logits", help="Multiply the output embedding's logits by K > 0: a confident model.")] = 1.0,
+    batch: Annotated[Optional[int], typer.Option(callback=Bound(1, 4096, "one batch on one machine"),
+                                                 help="Sequences of random token ids (1 to 4096; default 2; not with "
+                                                      "--inputs).")] = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", callback=Bound(1, 1 << 20, "one batch on one machine"),
+                                                   help="Length of the random sequences (1 to 2^20; default 16; not "
+                                                        "with --inputs).")] = None,
+    seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the random weights, token ids and dropout "
+                                                                    "(0 to 2^63 − 1; default 0).")] = None,
+    scale_logits: Annotated[float, typer.Option(
+        "--scale-logits", callback=Bound(0.0, FP32_MAX, "the output layer is scaled in its format (at most float32's "
+                                                        "range)", lo_open=True),
+        help="Multiply the output embedding's logits by K > 0: a confident model.")] = 1.0,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     json_out: Json = False,
     wide: Wide = False,
@@ -108,8 +124,8 @@ def audit_model(
             not_with({"--batch": batch, "--seq-len": seq_len}, "with --inputs: the file gives the batch")
             ids = audit.read_token_ids(inputs)
         else:
-            b = bounded("--batch", 2 if batch is None else batch, 1, 4096)
-            n = bounded("--seq-len", 16 if seq_len is None else seq_len, 1, 1 << 20)
+            b = 2 if batch is None else batch
+            n = 16 if seq_len is None else seq_len
             tokens_fit(b, n, "--batch × --seq-len")
         src = audit.source(directory, model_type, set_ or [])
         if inputs is None:

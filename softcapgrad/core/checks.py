@@ -86,3 +86,80 @@ def choice(name: str, value: str, allowed: Iterable[str]) -> str:
     if key not in folded:
         raise InputError(f"{name} {value!r} is not accepted: use one of {', '.join(allowed)}{suggestion(value, allowed)}")
     return folded[key]
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # bytes in one name and in a whole path where the file system does not say (Linux)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that does not print written as its escape (ESC as ``\\x1b``, a newline as
+    ``\\n``, a right-to-left override as ``\\u202e``, a lone surrogate as ``\\udcff``), much as ``--json`` escapes
+    them: a string read from a file, a folder or a server can then neither move the cursor, clear the screen nor
+    forge a line of the answer."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _shown(text: str) -> str:
+    """A name as one printable line (:func:`printable`), a long one cut in the middle."""
+    text = printable(text)
+    return text if len(text) <= 80 else f"{text[:40]}…{text[-30:]}"
+
+
+def _limits(path: str) -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) of the file system that holds ``path``'s nearest existing folder."""
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path)) if len(path) < PATH_MAX else "/" if path.startswith("/") else "."
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    limits = []
+    for name, fallback in (("PC_NAME_MAX", NAME_MAX), ("PC_PATH_MAX", PATH_MAX)):
+        try:
+            limits.append(int(os.pathconf(folder, name)) or fallback)
+        except (OSError, ValueError):
+            limits.append(fallback)
+    return limits[0], limits[1]
+
+
+def usable_path(option: str, value) -> "Path":
+    """A path the operating system can take, checked before any work: no NUL, valid in the file system's
+    encoding, each name and the whole within the file system's limits, and not through a regular file
+    (``file.txt/x``). A path that does not exist yet is fine (an output); what else it must be (a file to
+    read, a folder that takes files) is checked where it is used. Returns it as a Path."""
+    import errno
+    import os
+    import sys
+    from pathlib import Path
+
+    text = os.fspath(value)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    where = f"{option} {_shown(text)}".strip()
+    if "\0" in text:
+        raise InputError(f"{where}: holds a NUL byte, which no file name can")
+    encoding = sys.getfilesystemencoding()
+    try:
+        raw = text.encode(encoding)
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: not a valid {encoding} name (undecodable bytes or surrogates); "
+                         "rename it or give it another way") from None
+    name_max, path_max = _limits(text)
+    if len(raw) >= path_max:
+        raise InputError(f"{where}: the path is {len(raw):,} bytes long; at most {path_max - 1:,}")
+    for part in Path(text).parts:
+        size = len(part.encode(encoding))
+        if size > name_max:
+            raise InputError(f"{where}: a name in it is {size} bytes long; at most {name_max}")
+    try:
+        os.stat(text)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        if err.errno == errno.ENOTDIR:
+            through = next((p for p in Path(text).parents if os.path.lexists(p) and not os.path.isdir(p)), None)
+            if through is not None:
+                raise InputError(f"{where}: {_shown(str(through))} is a file, not a folder") from None
+        raise InputError(f"{where}: {err.strerror}") from None
+    return Path(text)

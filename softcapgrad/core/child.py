@@ -52,10 +52,29 @@ def kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _terminated(signum, frame) -> None:
+@contextlib.contextmanager
+def terminating(message: str):
+    """Meanwhile SIGTERM raises :class:`~softcapgrad.core.files.Interrupted` with ``message`` on the main thread,
+    once (a second one is ignored, so the clean-up it unwinds into is not cut short), as Ctrl-C would; the handler
+    before is put back after. Off the main thread no handler can be set: nothing is held."""
     from softcapgrad.core.files import Interrupted
 
-    raise Interrupted("terminated: the child process was stopped and its folder removed", signum)
+    came = []
+
+    def stop(signum, frame) -> None:
+        if not came:
+            came.append(signum)
+            raise Interrupted(message, signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -63,16 +82,9 @@ def started(module: str, *args: str, extra: dict[str, str] | None = None):
     """The child ``softcapgrad.<module>`` with stdin and stdout as text pipes (stderr kept in a file of its folder,
     read with :func:`stderr`); killed with its group, and its folder removed, however the block ends (a SIGTERM
     meanwhile unwinds it as an interrupt does, on the main thread)."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminated)
-    except ValueError:  # off the main thread no handler can be set
-        previous = None
-    try:
+    with terminating("terminated: the child process was stopped and its folder removed"):
         with _started(module, *args, extra=extra) as process:
             yield process
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

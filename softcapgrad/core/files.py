@@ -18,12 +18,12 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from softcapgrad.core.checks import InputError
+from softcapgrad.core.checks import NAME_MAX, InputError, usable_path
 
 
 def readable_file(path: Path, kinds: tuple[str, ...], option: str = "") -> str:
     """Check that ``path`` is an existing file whose suffix is one of ``kinds``; return that suffix."""
-    path = Path(path)
+    path = usable_path(option, path)
     where = f"{option} {path}".strip()
     if not path.exists():
         raise InputError(f"{where}: no such file")
@@ -33,9 +33,6 @@ def readable_file(path: Path, kinds: tuple[str, ...], option: str = "") -> str:
     if kind not in kinds:
         raise InputError(f"{where}: unsupported file kind {kind or '(none)'}; expected one of {', '.join(kinds)}")
     return kind
-
-
-NAME_MAX = 255  # bytes in one path component: Linux, the BSDs and macOS alike (longer: ENAMETOOLONG)
 
 
 def node_kind(mode: int) -> str:
@@ -64,10 +61,7 @@ def replaceable(path: Path, option: str = "") -> None:
 
 
 def _names_fit(path: Path, option: str) -> None:
-    for part in Path(path).parts:
-        size = len(os.fsencode(part))
-        if size > NAME_MAX:
-            raise InputError(f"{option} {path}: a name in it is {size} bytes long; at most {NAME_MAX}")
+    usable_path(option, path)
 
 
 def _probe(folder: Path, option: str, shown: Path) -> None:
@@ -123,6 +117,38 @@ def umask_mode(full: int = 0o666) -> int:
     mask = os.umask(0)
     os.umask(mask)
     return full & ~mask
+
+
+@contextlib.contextmanager
+def owner_writes_only() -> Iterator[None]:
+    """Meanwhile files and folders are made (by this process and the children it starts) writable by their owner
+    alone, whatever the umask: a cache that trusts only what no one else could have changed writes so."""
+    mask = os.umask(0o022)
+    os.umask(mask | 0o022)
+    try:
+        yield
+    finally:
+        os.umask(mask)
+
+
+def distrust(path: Path, what: str, owners: tuple[int, ...] = (), info: os.stat_result | None = None) -> str:
+    """Why ``path`` (a link is not followed) may hold what someone other than this user put or changed there, in
+    words after ``what``; "" when it cannot: it is this user's (or one of ``owners``') and, unless it is a link,
+    neither its group nor others may write it."""
+    try:
+        info = info or os.lstat(path)
+    except OSError as err:
+        return f"{what} cannot be read ({err.strerror})"
+    if info.st_uid != os.geteuid() and info.st_uid not in owners:
+        return f"{what} is owned by another user (uid {info.st_uid})"
+    if not stat.S_ISLNK(info.st_mode) and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} is writable by {'others' if info.st_mode & stat.S_IWOTH else 'its group'}"
+    return ""
+
+
+def distrust_folder(folder: Path, what: str) -> str:
+    """:func:`distrust` for a folder that may be reached through a link: the link, then the folder it leads to."""
+    return distrust(folder, what) or distrust(Path(folder).resolve(), what)
 
 
 UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)  # the disk refuses the bytes
@@ -258,9 +284,14 @@ def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
     system (``out`` a mount point, a ``figures/`` link to another disk): each move is one rename, and
     every rename is checked possible before the first. An interrupt or a SIGTERM while the files are
     written leaves every target as it was (the stages and the folders made for them are removed);
-    during the moves (a few renames) both are held back until they are done, so the set is replaced
-    whole or not at all. Either way an :class:`Interrupted` says which. A disk that fills while the
-    files are written is a :class:`CannotWrite` and replaces nothing. Returns the targets, in order."""
+    during the moves (a few renames) both are held back until they are done and the stages are gone,
+    so the set is replaced whole or not at all. Either way an :class:`Interrupted` says which files.
+    A disk that fills (or any write that fails) while the files are written is a :class:`CannotWrite`
+    and replaces nothing; a move that fails puts back the files moved before it (each old file is
+    hard-linked into the stage first) and says what, if anything, it could not put back. Returns the
+    targets, in order; they are also noted in every open :func:`softcapgrad.core.replaced.record`."""
+    from softcapgrad.core import replaced
+
     targets = list(files)
     original = _handle(_raise_terminated, (signal.SIGTERM,))
     held: list[int] = []
@@ -269,15 +300,18 @@ def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
     try:
         staged = {}
         for i, (path, data) in enumerate(files.items()):
-            folder = Path(path).parent
-            if folder not in stages:
-                made[:0] = _made_folders(folder)
-                stages[folder] = Path(tempfile.mkdtemp(prefix=_temp_prefix(Path(out).name), suffix=".tmp", dir=folder))
-            staged[path] = stages[folder] / f"{i}{Path(path).suffix}"
             try:
+                folder = Path(path).parent
+                if folder not in stages:
+                    made[:0] = _made_folders(folder)
+                    stages[folder] = Path(tempfile.mkdtemp(prefix=_temp_prefix(Path(out).name), suffix=".tmp",
+                                                           dir=folder))
+                staged[path] = stages[folder] / f"{i}{Path(path).suffix}"
                 write_atomic(staged[path], data)
             except CannotWrite as err:
                 raise CannotWrite(f"{path}: cannot write ({err.reason}); no file was replaced") from None
+            except OSError as err:  # a folder that stopped taking files, a lost permission: nothing replaced either
+                raise CannotWrite(f"{path}: cannot write ({err.strerror or err}); no file was replaced") from None
         for path in targets:  # every rename is possible before the first one (a node that appeared is refused)
             _renamable(staged[path], path)
         # from here both signals are held (no moment between the two handlers where SIGTERM kills)
@@ -292,16 +326,61 @@ def replace_all(files: dict[Path, str | bytes], out: Path) -> list[Path]:
         _put_back(original)
         _remove(stages.values(), made)
         raise
+    undone = False
     try:
-        for path in targets:
-            os.replace(staged[path], path)
+        kept, fresh = _keep_old(targets, stages)
+        moved: list[Path] = []
+        try:
+            for path in targets:
+                os.replace(staged[path], path)
+                moved.append(path)
+        except OSError as err:
+            still = _put_old_back(moved, kept, fresh)
+            undone = not still
+            raise CannotWrite(f"{path}: cannot write ({err.strerror or err}); " + (
+                "no file was replaced" if undone else
+                f"replaced: {', '.join(map(str, still))}; the others were left as they were")) from None
+        replaced.note(targets)
     finally:
+        _remove(stages.values(), made if undone else [])  # before the signals come back: nothing left to undo
         _put_back(original)
-        _remove(stages.values())
     if held:
         signum = signal.SIGTERM if signal.SIGTERM in held else signal.SIGINT
-        raise Interrupted(f"{_verb(signum)} after all {len(targets)} file(s) were replaced (the set is whole)", signum)
+        raise Interrupted(f"{_verb(signum)} after all {len(targets)} file(s) were replaced (the set is whole): "
+                          + ", ".join(map(str, targets)), signum)
     return targets
+
+
+def _keep_old(targets: list[Path], stages: dict[Path, Path]) -> tuple[dict[Path, Path], set[Path]]:
+    """Before the moves: each target that exists hard-linked into its stage (no byte copied), to be put back if a
+    later move fails; and the targets that are new names. A file system without hard links keeps no link: a
+    failed move then says which of those it left replaced."""
+    kept, fresh = {}, set()
+    for i, path in enumerate(targets):
+        if not os.path.lexists(path):
+            fresh.add(path)
+            continue
+        link = stages[Path(path).parent] / f"{i}.old"
+        with contextlib.suppress(OSError):
+            os.link(path, link, follow_symlinks=False)
+            kept[path] = link
+    return kept, fresh
+
+
+def _put_old_back(moved: list[Path], kept: dict[Path, Path], fresh: set[Path]) -> list[Path]:
+    """Undo the moves done, last first: the old file linked back, a new name removed. Returns those left new."""
+    still = []
+    for path in reversed(moved):
+        try:
+            if path in kept:
+                os.replace(kept[path], path)
+            elif path in fresh:
+                os.unlink(path)
+            else:
+                still.append(path)
+        except OSError:
+            still.append(path)
+    return still[::-1]
 
 
 def _remove(stages, made: list[Path] = ()) -> None:

@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from softcapgrad.core.checks import printable
+
 
 @dataclass(frozen=True)
 class Table:
@@ -201,6 +203,7 @@ def number_format(values: list[Any], significant: int = SIGNIFICANT) -> Callable
 
 
 def format_cell(value: Any, number: Callable[[float], str] | None = None) -> str:
+    """A cell as text: numbers in the column's format, lists joined, every string through :func:`printable`."""
     if value is None:
         return "—"
     if isinstance(value, (bool, np.bool_)):
@@ -208,11 +211,11 @@ def format_cell(value: Any, number: Callable[[float], str] | None = None) -> str
     if _is_number(value):
         return (number or number_format([value]))(value)
     if isinstance(value, dict):
-        return " ".join(f"{k}={format_cell(v)}" for k, v in value.items())
+        return " ".join(f"{printable(str(k))}={format_cell(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         nested = any(isinstance(v, (dict, list, tuple)) for v in value)
         return ("\n" if nested else ", ").join(format_cell(v) for v in value)
-    return str(value)
+    return printable(str(value))
 
 
 # --- rich rendering --------------------------------------------------------------------------
@@ -239,7 +242,7 @@ def _folded(table: Table, wide: bool):
         out.add_column("value", overflow="fold")
         for c in columns:
             if text[c][i] not in ("", "—"):
-                out.add_row(label(c), text[c][i])
+                out.add_row(_text(label(c)), _text(text[c][i]))
         blocks.append(out)
     return blocks
 
@@ -256,7 +259,7 @@ def _rich_table(table: Table, wide: bool):
         out.add_column("value", justify="right", min_width=max(len(t[0]) for t in text.values()))
         for c in columns:
             if text[c][0] not in ("", "—"):
-                out.add_row(label(c), text[c][0])
+                out.add_row(_text(label(c)), _text(text[c][0]))
         return out
     out = RichTable(header_style="bold")
     for c in columns:
@@ -268,11 +271,19 @@ def _rich_table(table: Table, wide: bool):
         # only a header longer than every cell, or text that may wrap between words, can give width back;
         # marking the others no_wrap keeps rich's narrowing off them (it would otherwise narrow a column
         # that min_width then widens again)
-        out.add_column(label(c), justify="right" if numeric else "left", min_width=least,
+        out.add_column(_text(label(c)), justify="right" if numeric else "left", min_width=least,
                        no_wrap=len(label(c)) <= widest and least == widest)
     for i in range(len(table.rows)):
-        out.add_row(*(text[c][i] for c in columns))
+        out.add_row(*(_text(text[c][i]) for c in columns))
     return out
+
+
+def _text(cell: str):
+    """A cell as rich text taken literally: a ``[red]`` or ``:smile:`` in a tensor's name stays those characters
+    (rich would read a plain string as markup and emoji codes)."""
+    from rich.text import Text
+
+    return Text(cell)
 
 
 def _narrowest(table: Table, wide: bool) -> int:
@@ -320,18 +331,20 @@ def title_lines(title: str, width: int) -> list[str]:
 def render_table(report: Report, console, wide: bool = False) -> None:
     """Print a report: its answer, then rich tables, then notes (rich is imported by the caller's console).
 
-    The top-level figures are in the JSON only: the answer states the ones a reader needs.
+    The top-level figures are in the JSON only: the answer states the ones a reader needs. Every sentence,
+    title, note and cell is printed literally (no markup, no emoji codes) and through :func:`printable`, so
+    that a name read from a file or a server, interpolated anywhere, prints its control characters escaped.
     """
     for sentence in report.answer:
-        console.print(sentence, highlight=False, markup=False)
+        console.print(_text(printable(sentence)))
     if report.answer:
         console.print()
     for table in report.tables:
         if not table.rows or not table.show:
             continue
-        for line in title_lines(table.title, console.width):
-            console.print(line, style="bold", highlight=False, markup=False)
+        for line in title_lines(printable(table.title), console.width):
+            console.print(_text(line), style="bold")
         for block in _fitting(_rich_table(table, wide), table, wide, console):
             console.print(block)
     for note in report.notes:
-        console.print(f"• {note}", highlight=False, markup=False)
+        console.print(_text(f"• {printable(note)}"))

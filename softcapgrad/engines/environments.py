@@ -11,6 +11,14 @@ place, under a lock so that two runs never build the same one. Nothing half-buil
 folder whose stamp is missing or unreadable, or whose interpreter is gone, is *broken* and is
 rebuilt on install, refused otherwise.
 
+Nothing in the cache is run unless no one but this user can have put it there or changed it
+(engines/trust.py): anything else is *untrusted*: listed with the reason, never run, refused by ``parity``
+and by install (which would otherwise build over it) in one line naming what to remove.
+
+A build runs each step as a child in a process group of its own and kills the group on every way out
+(a failure, Ctrl-C, SIGTERM), then removes its temporary ``.<folder>.building-<pid>`` folder; one left
+by a build killed outright (SIGKILL) is removed by the next install or listing once its pid is gone.
+
 The pseudo-environment ``main`` is the interpreter running softcapgrad itself (for engines that need
 only torch and transformers); it is never built or removed.
 """
@@ -30,14 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from softcapgrad.core import child, files
 from softcapgrad.core.checks import InputError
+from softcapgrad.engines import trust
 
 MAIN = "main"
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "requirements"
 STAMP = "softcapgrad-environment.json"
 DIGITS = 16  # hex digits of the sha256 in a folder's name
-STATES = ("installed", "not installed", "stale", "broken")
+STATES = ("installed", "not installed", "stale", "broken", "untrusted")
+BUILDING = re.compile(r"\..+\.building-([0-9]+)")  # a build's temporary folder, named by its process id
 Say = Callable[[str], None]
 
 
@@ -101,16 +112,8 @@ class State:
     python: Path | None  # the interpreter to run the engine with, when installed
     versions: dict  # package -> version (from the stamp, or the main environment's metadata)
     size: int  # bytes on disk of this name's folders (current and stale)
-    reason: str  # why broken or stale, in words; "" otherwise
-
-
-def _size(path: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-    return total
+    reason: str  # why broken, stale or untrusted, in words; "" otherwise
+    suspect: Path | None = None  # untrusted: the folder to remove (the environment's, or the whole cache's)
 
 
 def _others(name: str, keep: Path | None, root: Path) -> list[Path]:
@@ -162,9 +165,16 @@ def state(name: str, root: Path | None = None, path: Path | None = None) -> Stat
     root = root or cache_root()
     req = read(name, path)
     here = folder(req, root)
+    if root.is_dir() and (why := trust.root_distrust(root)):
+        return State(name, "untrusted", here, None, {}, 0, why, root)
     stale = _others(name, here, root)
-    size = sum(_size(p) for p in [here, *stale] if p.exists())
-    if here.exists():
+    size = sum(trust.size(p) for p in stale)
+    if os.path.lexists(here):
+        bytes_, within = trust.walk(here)
+        size += bytes_
+        why = trust.environment_distrust(here, within, interpreter(here))
+        if why:
+            return State(name, "untrusted", here, None, {}, size, why, here)
         why = _broken(here, req)
         if why:
             return State(name, "broken", here, None, {}, size, why)
@@ -199,10 +209,10 @@ def _step(command: list[str], cwd: Path, say: Say, what: str, total: int) -> Non
     """Run one build step, one progress line per package pip reports; its last line is the error."""
     done = 0
     with subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True) as child:
+                          stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True) as process:
         tail = []
         try:
-            for line in child.stdout:
+            for line in process.stdout:
                 line = line.rstrip()
                 if line:
                     tail = (tail + [line])[-20:]
@@ -213,13 +223,11 @@ def _step(command: list[str], cwd: Path, say: Say, what: str, total: int) -> Non
                     say(f"{what}: {words[0].lower()} {package} ({done}/{total})" if total else f"{what}: {line}")
                 elif line.startswith(("Installing collected packages", "Successfully", "Uninstalling")):
                     say(f"{what}: {line[:160]}")
-            child.wait()
+            process.wait()
         finally:
-            if child.poll() is None:
-                os.killpg(child.pid, 9)
-                child.wait()
-    if child.returncode != 0:
-        errors = [t for t in tail if t.startswith("ERROR")] or tail or [f"exit code {child.returncode}"]
+            child.kill(process)  # its whole group (pip's build backends too), however the step ends
+    if process.returncode != 0:
+        errors = [t for t in tail if t.startswith("ERROR")] or tail or [f"exit code {process.returncode}"]
         raise BuildError(f"{what}: {errors[-1][:300]}")
 
 
@@ -227,44 +235,95 @@ class BuildError(Exception):
     """An environment could not be built: the message is the failing step's last line."""
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except (OverflowError, ValueError):  # no process can have this id
+        return False
+    return pid > 0
+
+
+def sweep(root: Path | None = None, say: Say = lambda line: None) -> list[Path]:
+    """Remove the temporary folders of builds whose process is gone (killed outright, so that nothing of theirs
+    could remove them), one line each; those removed. An untrusted cache is left alone."""
+    root = root or cache_root()
+    if not root.is_dir() or trust.root_distrust(root):
+        return []
+    removed = []
+    for path in sorted(root.iterdir()):
+        found = BUILDING.fullmatch(path.name)
+        if found and not _alive(int(found[1])):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.lexists(path):
+                say(f"removed {path.name}, left by a build that was stopped (process {found[1]} is gone)")
+                removed.append(path)
+    return removed
+
+
+def refusal(st: State, engine: str | None = None) -> str:
+    """The one line that refuses an untrusted environment, naming what to remove."""
+    return (f"engine {engine or st.name}: its environment {st.name} is untrusted ({st.reason}), so nothing in it "
+            f"is run: remove {st.suspect} (rm -rf {st.suspect}), then softcapgrad engines install {engine or st.name}")
+
+
 def build(req: Requirements, root: Path | None = None, say: Say = lambda line: None) -> Path:
-    """The environment of ``req``, built if absent (or broken), reused otherwise; its folder."""
+    """The environment of ``req``, built if absent (or broken), reused otherwise; its folder. SIGTERM meanwhile
+    ends the step running (its whole process group) and removes the temporary folder, as Ctrl-C does."""
     root = root or cache_root()
     here = folder(req, root)
-    with _locked(root, req.name):
-        if here.exists() and not _broken(here, req):
-            return here
-        tmp = root / f".{here.name}.building-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            say(f"{req.name}: creating a virtual environment")
-            bare = [] if req.packages or req.removals else ["--without-pip"]  # nothing to install: no pip either
-            _step([_base_python(req), "-I", "-m", "venv", *bare, str(tmp)], root, say, req.name, 0)
-            python = str(interpreter(tmp))
-            if req.packages:
-                _step([python, "-I", "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-                       "--no-input", "-r", str(req.path)], tmp, say, req.name, len(req.packages))
-            if req.removals:
-                _step([python, "-I", "-m", "pip", "uninstall", "-y", *req.removals], tmp, say, req.name, 0)
-            for script in req.then:  # e.g. llama.cpp's converter, taken from the source distribution pip built
-                say(f"{req.name}: running {script}")
-                _step([python, "-I", str(HERE / "adapters" / script)], tmp, say, req.name, 0)
-            versions = _installed(python, tmp)
-            stamp = {"sha256": req.digest, "requirements": req.path.name, "versions": versions,
-                     "python": subprocess.run([python, "-I", "-c", "import sys; print(sys.version.split()[0])"],
-                                              cwd=tmp, capture_output=True, text=True, check=True).stdout.strip()}
-            (tmp / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            if here.exists():  # broken: replaced whole
-                say(f"{req.name}: replacing the broken environment")
-                shutil.rmtree(here)
-            os.replace(tmp, here)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for old in _others(req.name, here, root):
-            say(f"{req.name}: removing the stale environment {old.name}")
-            shutil.rmtree(old, ignore_errors=True)
-    say(f"{req.name}: installed ({_size(here) / 2**20:.0f} MiB)")
+    with child.terminating("terminated; the build's processes were stopped and its temporary folder removed"), \
+            files.owner_writes_only():
+        root.mkdir(parents=True, exist_ok=True)
+        if why := trust.root_distrust(root):
+            raise InputError(refusal(State(req.name, "untrusted", here, None, {}, 0, why, root)))
+        with _locked(root, req.name):
+            if _build(req, root, here, say):
+                say(f"{req.name}: installed ({trust.size(here) / 2**20:.0f} MiB)")
     return here
+
+
+def _build(req: Requirements, root: Path, here: Path, say: Say) -> bool:
+    """Build into ``here`` unless a usable environment is there; whether it built."""
+    sweep(root, say)
+    if os.path.lexists(here):
+        if why := trust.environment_distrust(here, trust.walk(here)[1], interpreter(here)):
+            raise InputError(refusal(State(req.name, "untrusted", here, None, {}, 0, why, here)))
+        if not _broken(here, req):
+            return False
+    tmp = root / f".{here.name}.building-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        say(f"{req.name}: creating a virtual environment")
+        bare = [] if req.packages or req.removals else ["--without-pip"]  # nothing to install: no pip either
+        _step([_base_python(req), "-I", "-m", "venv", *bare, str(tmp)], root, say, req.name, 0)
+        python = str(interpreter(tmp))
+        if req.packages:
+            _step([python, "-I", "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
+                   "--no-input", "-r", str(req.path)], tmp, say, req.name, len(req.packages))
+        if req.removals:
+            _step([python, "-I", "-m", "pip", "uninstall", "-y", *req.removals], tmp, say, req.name, 0)
+        for script in req.then:  # e.g. llama.cpp's converter, taken from the source distribution pip built
+            say(f"{req.name}: running {script}")
+            _step([python, "-I", str(HERE / "adapters" / script)], tmp, say, req.name, 0)
+        versions = _installed(python, tmp)
+        stamp = {"sha256": req.digest, "requirements": req.path.name, "versions": versions,
+                 "python": subprocess.run([python, "-I", "-c", "import sys; print(sys.version.split()[0])"],
+                                          cwd=tmp, capture_output=True, text=True, check=True).stdout.strip()}
+        files.write_atomic(tmp / STAMP, json.dumps(stamp, indent=1, sort_keys=True) + "\n")  # last: the build is whole
+        if here.exists():  # broken: replaced whole
+            say(f"{req.name}: replacing the broken environment")
+            shutil.rmtree(here)
+        os.replace(tmp, here)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in _others(req.name, here, root):
+        say(f"{req.name}: removing the stale environment {old.name}")
+        shutil.rmtree(old, ignore_errors=True)
+    return True
 
 
 def _installed(python: str, cwd: Path) -> dict:
@@ -294,10 +353,29 @@ def remove(name: str, root: Path | None = None, path: Path | None = None) -> int
     freed = 0
     with _locked(root, name):
         for p in [folder(req, root), *_others(name, None, root)]:
-            if p.exists():
-                freed += _size(p)
+            if p.is_symlink():  # a planted link: the link goes, never what it points at
+                p.unlink()
+            elif p.exists():
+                freed += trust.size(p)
                 shutil.rmtree(p)
     return freed
+
+
+def start(names, root: Path | None = None, say: Say = lambda line: None) -> dict:
+    """Start building, side by side, each of ``names`` that is not installed: name -> a Future of its State (as
+    ``ready(name, True)`` returns it, or its InputError). A build is mostly one pip process unpacking wheels, so
+    builds overlap each other and whatever the caller does meanwhile; each holds its own lock and is renamed into
+    place whole, so one left to finish at the interpreter's exit is never half-made."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    missing = [n for n in dict.fromkeys(names) if n != MAIN and state(n, root).state != "installed"]
+    if not missing:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="softcapgrad-build")
+    try:
+        return {n: pool.submit(ready, n, True, root, say) for n in missing}
+    finally:
+        pool.shutdown(wait=False)  # the submitted builds run on; the exit waits for them
 
 
 def ready(name: str, install_it: bool, root: Path | None = None, say: Say = lambda line: None,
@@ -307,6 +385,8 @@ def ready(name: str, install_it: bool, root: Path | None = None, say: Say = lamb
     if current.state == "installed":
         return current
     engine = engine or name
+    if current.state == "untrusted":
+        raise InputError(refusal(current, engine))
     if name == MAIN:
         raise InputError(f"engine {engine} runs in softcapgrad's own environment, which {current.reason}: "
                          "pip install 'softcapgrad[hf]'")

@@ -13,15 +13,16 @@ configuration; the same trace gives every softplus and sigmoid site's contract
 ``applied``; a set cap field it did not see is probed by rebuilding the model with the field at
 0.001 (same weights, same batch, no gradient) and comparing the output bit for bit: changed is
 applied inside a kernel the monitor cannot see (``hidden``), unchanged is ``ignored``. A field at 0
-or unset that the code skips is ``off`` under every implementation. Implementations that raise at
-build or at run are ``refused`` with their message. The report is models/audit_report.py.
+or unset that the code skips is ``off`` under every implementation; a set field that moved no tanh
+is dead config unless the class has no head or no attention to run it (models/dead_config.py).
+Implementations that raise at build or at run are ``refused`` with their message. The report is
+models/audit_report.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,8 +172,6 @@ def _run_implementation(src: Source, implementation: str, batch: Batch, dtype, s
 # --- caps and gates, found by running -----------------------------------------------------------
 
 
-
-
 @dataclass(frozen=True)
 class Discovery:
     caps: list  # caps.Cap
@@ -272,26 +271,6 @@ class Audit:
     verdicts: dict[int, dict[str, str]]  # index into caps -> implementation -> verdict
 
 
-ATTENTION_FIELD = re.compile(r"attn|attention", re.IGNORECASE)
-
-
-def attention_layers(config) -> int:
-    """How many attention modules the audited class builds from ``config`` (on the meta device: no memory);
-    a depth of 0 builds none. Counted by class name, as every transformers attention module is named."""
-    import copy
-
-    import torch
-
-    from softcapgrad.models import runnable
-
-    try:
-        with torch.device("meta"):
-            model = runnable.model_class(config)._from_config(copy.deepcopy(config))
-    except Exception:  # noqa: BLE001 -- not buildable so: the audit's own build reports it; assume attention
-        return 1
-    return sum("attention" in type(m).__name__.lower() for m in model.modules())
-
-
 MIXED_FORMATS = "in bfloat16 the model meets float32 tensors it makes itself, which bfloat16 weights refuse"
 
 
@@ -327,7 +306,7 @@ def audit(src: Source, implementations: list[str], batch: Batch, dtype_name: str
 def _audit(src: Source, implementations: list[str], batch: Batch, dtype_name: str) -> Audit:
     import torch
 
-    from softcapgrad.models import runnable, tiny
+    from softcapgrad.models import dead_config, runnable, tiny
 
     dtype = getattr(torch, dtype_name)
     tiny.refuse_if_too_big(src.config, dtype.itemsize)
@@ -349,15 +328,7 @@ def _audit(src: Source, implementations: list[str], batch: Batch, dtype_name: st
         raise
     except Exception as err:
         raise InputError(f"{cls.__name__} does not run a forward on its tiny inputs: {_first_line(err)}") from None
-    if runnable.headless(cls):  # a field its head would read is not dead: this module has no head
-        found = Discovery([dataclasses.replace(c, status="no head here", evidence=c.evidence + f"; {cls.__name__} has no "
-                                               "output head, which is where a final cap would run")
-                           if c.status == "dead config" else c for c in found.caps], found.gates)
-    if not attention_layers(src.config):  # an attention cap is not dead where there is no attention at all
-        found = Discovery([dataclasses.replace(c, status="no attention here", evidence=c.evidence + f"; {cls.__name__} "
-                                               "has no attention layer, which is where an attention cap would run")
-                           if c.status == "dead config" and ATTENTION_FIELD.search(c.field or "") else c
-                           for c in found.caps], found.gates)
+    found = Discovery(dead_config.qualified(found.caps, cls, src.config), found.gates)
     runs, verdicts = [], {i: {} for i in range(len(found.caps))}
     with progress.task("audit-model: one forward and backward per attention implementation", len(implementations)) as advance:
         for implementation in implementations:
@@ -386,6 +357,10 @@ def audit_model(src: Source, implementations: list[str], ids, dtype: str, autoca
     from softcapgrad.models.audit_report import audit_report
 
     report = audit_report(result, params)
+    if src.directory is not None and not src.weights:  # said next to the model it qualifies, not only in --json
+        report = dataclasses.replace(report, answer=(
+            report.answer[0], f"It ran on random weights (seed {seed}): {src.directory} holds no weights, so every share "
+            "below is an untrained model's.", *report.answer[1:]))
     said = (*src.notes, *(f"The tiny configuration was {c}." for c in src.changes if c.startswith("built as")))
     return dataclasses.replace(report, answer=(*report.answer, *said)) if said else report
 

@@ -3,7 +3,8 @@
 ``audit-model DIR``, ``parity DIR`` and ``experiment --model DIR`` read a directory through
 models/source.py, which calls :func:`checked_weights` once the configuration is built. Only
 safetensors files are read, and only as data (the safetensors library parses the header and bounds
-its size and offsets); a pickled ``.bin`` file, even one an index names, is never opened. Each
+its size and offsets); a pickled ``.bin`` file, even one an index names, is never opened, and weights only in
+a format not read here (GGUF, TensorFlow's or Flax's files) are refused rather than replaced by random ones. Each
 refusal is one line: a weights file that is not a regular file (a link to ``/dev/zero``, a FIFO), a
 header the library rejects, a tensor whose shape is not the one the configuration makes, a non-finite
 value, or weights that are all zero. The values are read one tensor at a time, memory-mapped.
@@ -23,6 +24,7 @@ SAFETENSORS, INDEX = "model.safetensors", "model.safetensors.index.json"
 PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 INDEX_BYTES = 16 << 20  # an index is a name per tensor: kilobytes, a few megabytes for the largest models
 NEVER_OPENED = "pickled .bin files are never opened; save the model as safetensors"
+NOT_READ = ("*.gguf", "tf_model.h5", "flax_model.msgpack")  # weights in formats this reader does not read
 
 
 def regular(path: Path) -> bool:
@@ -50,6 +52,10 @@ def weight_files(directory: Path) -> list[Path]:
     if any(present[name] for name in PICKLED):
         raise InputError(f"{directory}: its only weights are pickled ({', '.join(n for n in PICKLED if present[n])}); "
                          f"{NEVER_OPENED}")
+    unread = sorted({p.name for pattern in NOT_READ for p in directory.glob(pattern) if p.is_file()})
+    if unread:
+        raise InputError(f"{directory}: its only weights are in a format not read here ({', '.join(unread)}); "
+                         "only safetensors weights are read: save the model as safetensors")
     return []
 
 

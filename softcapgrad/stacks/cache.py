@@ -9,10 +9,15 @@ dispatches to), ``ATEN_CPU_CAPABILITY``, and a hash of the code that measures. A
 capability or another torch reads another file, so the cache answers exactly what a measurement would
 answer here. On a CPU whose flags cannot be read, nothing is cached.
 
-The file is JSON and only JSON: it is parsed, never executed or unpickled. It is ignored (and rewritten at
-the next measurement) when it is not a regular file of this user, is larger than ``MAX_BYTES``, does not
-parse, carries another key, or holds an entry of any other shape. Files are written whole
-(``core.files``); a cache folder that cannot be written only means the next run measures again.
+The file is JSON and only JSON: it is parsed, never executed or unpickled. It is used only where no one but
+this user can have put or changed it: its folder and the file must be this user's and writable by neither
+group nor others (the cache writes both so, whatever the umask). It is ignored, in one line on stderr, and
+rewritten at the next measurement, when it is not such a file, is larger than ``MAX_BYTES``, does not parse,
+carries another key, or holds an entry of any other shape; in a folder someone else may write nothing is
+written. An entry whose values are not a dead zone the law allows (:func:`impossible`: a ≥ above or
+a ≤ below with 0 < above and below < 0, finite values of its scores format, and the rest of it what its
+name says) is ignored the same way, measured again and replaced. Files are written whole (``core.files``);
+a cache folder that cannot be written only means the next run measures again.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import platform
@@ -27,14 +33,19 @@ import stat
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+
 from softcapgrad.core import files
 from softcapgrad.core.checks import InputError
+from softcapgrad.laws import formats
 
 FORMAT = "softcapgrad dead zones 1"
 MAX_BYTES = 1 << 20
 FIELDS = {"path": str, "scores": str, "cap": float, "above": (float, type(None)), "below": (float, type(None)),
           "one_sided": bool, "source": str, "reason": str}
 _MEASURING = ("laws", "stacks", "training", "core")  # the package folders whose code a measurement runs
+_LOG = logging.getLogger(__name__)  # unconfigured, Python writes its warnings to stderr as the bare line
+_said: set[str] = set()  # each line once per process: every stack of a scan reads the same file
 
 
 def folder() -> Path:
@@ -113,38 +124,104 @@ def _valid(zone) -> bool:
     return True
 
 
-def _read(path: Path, k: dict) -> dict:
-    """The entries of the cache file, or {} for a missing, foreign, oversized, malformed or mis-keyed one."""
+def impossible(name: str, zone: dict) -> str:
+    """Why an entry of the right shape cannot be what a measurement stored under ``name`` ("" when it can be): its
+    stack, format and cap are its name's, the cap is finite and > 0, the zone is a ≥ above or a ≤ below with
+    0 < above and below < 0 (either side may be unknown), each a finite value of the scores format, one_sided says
+    whether below is −above, it was measured, and its reason is one line."""
+    parts = name.split("|")
+    try:
+        cap, constants = float.fromhex(parts[2]), [float.fromhex(p) for p in parts[3:]]
+    except (IndexError, ValueError, OverflowError):
+        return "its name is not one this cache writes"
+    if len(constants) != 3 or (zone["path"], zone["scores"], zone["cap"]) != (parts[0], parts[1], cap):
+        return "its stack, format or cap is not its name's"
+    if not (math.isfinite(cap) and cap > 0):
+        return f"its cap {cap!r} is not a finite number > 0"
+    try:
+        dtype = formats.resolve(zone["scores"])
+    except InputError:
+        return f"{zone['scores']!r} is not a float format"
+    top = float(formats.finfo(dtype).max)
+    for side, value, sign in (("≥", zone["above"], 1.0), ("≤", zone["below"], -1.0)):
+        if value is not None and not 0 < sign * value <= top:
+            return (f"a {side} {value:g} is no dead zone (the law: a ≥ h or a ≤ −h with 0 < h ≤ {top:g}, the largest "
+                    f"{dtype.name})")
+        if value is not None and float(np.asarray(value).astype(dtype)) != value:
+            return f"{value!r} is not a {dtype.name} value"
+    if zone["one_sided"] != (zone["below"] != (None if zone["above"] is None else -zone["above"])):
+        return "its one_sided flag contradicts its two sides"
+    if zone["source"] != "measured":
+        return f"its source is {zone['source']!r}; only measured zones are kept"
+    if not zone["reason"].isprintable() or len(zone["reason"]) > 500:
+        return "its reason is not one line of text"
+    return ""
+
+
+def _read(path: Path, k: dict) -> tuple[dict, str]:
+    """The entries of the cache file, and why it is ignored ("" when it is used, or there is none)."""
     try:
         info = os.lstat(path)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_size > MAX_BYTES:
-            return {}
+    except FileNotFoundError:
+        return {}, ""
+    except OSError as err:
+        return {}, f"it cannot be read ({err.strerror})"
+    why = (files.distrust_folder(path.parent, f"its folder {path.parent}")
+           or (f"it is {files.node_kind(info.st_mode)}" if not stat.S_ISREG(info.st_mode) else "")
+           or files.distrust(path, "it", info=info)
+           or (f"it is larger than {MAX_BYTES:,} bytes" if info.st_size > MAX_BYTES else ""))
+    if why:
+        return {}, why
+    try:
         data = json.loads(path.read_bytes(), parse_constant=_reject)
     except (OSError, ValueError, RecursionError):
-        return {}
+        return {}, "it is not JSON"
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != k:
-        return {}
+        return {}, "it is not a cache of this format and key"
     zones = data.get("zones")
     if not isinstance(zones, dict) or not all(isinstance(n, str) and _valid(z) for n, z in zones.items()):
-        return {}
-    return zones
+        return {}, "it holds an entry of another shape"
+    return zones, ""
+
+
+def _say(line: str) -> None:
+    if line not in _said:
+        _said.add(line)
+        _LOG.warning(line)
 
 
 def lookup(name: str) -> dict | None:
-    """The cached fields of one entry, or None."""
+    """The cached fields of one entry, or None (an ignored file or entry is said in one line)."""
     k = key()
-    return None if k is None else _read(_file(k), k).get(name)
+    if k is None:
+        return None
+    path = _file(k)
+    zones, why = _read(path, k)
+    if why:
+        kept = "" if not why.startswith("its folder") else f", and keeping nothing until {path.parent} is removed"
+        _say(f"softcapgrad: the dead-zone cache {path} is ignored: {why}; measuring again{kept}")
+        return None
+    zone = zones.get(name)
+    if zone is not None and (why := impossible(name, zone)):
+        parts = name.split("|")
+        shown = f"{parts[0]} ({parts[1]} scores, c = {zone['cap']:g})" if len(parts) > 1 else name
+        _say(f"softcapgrad: the dead-zone cache entry for {shown} in {path} is ignored: {why}; measuring again")
+        return None
+    return zone
 
 
 def store(name: str, zone: dict) -> None:
     """Add one measured entry; a cache that cannot be written is left as it is."""
     k = key()
-    if k is None or not _valid(zone):
+    if k is None or not _valid(zone) or impossible(name, zone):
         return
     path = _file(k)
-    zones = {**_read(path, k), name: zone}
-    text = json.dumps({"format": FORMAT, "key": k, "zones": zones}, sort_keys=True, indent=1)
+    if os.path.lexists(path.parent) and files.distrust_folder(path.parent, ""):
+        return  # someone else may write there: what is written could not be trusted back
+    zones = {n: z for n, z in _read(path, k)[0].items() if not impossible(n, z)}  # the impossible ones go
+    text = json.dumps({"format": FORMAT, "key": k, "zones": {**zones, name: zone}}, sort_keys=True, indent=1)
     try:
-        files.write_atomic(path, text + "\n")
+        with files.owner_writes_only():
+            files.write_atomic(path, text + "\n")
     except (OSError, InputError):
         pass

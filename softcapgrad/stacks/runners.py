@@ -155,15 +155,19 @@ def compile_once(key: tuple, build: Callable[[], Callable]) -> Callable:
 def _inductor_settings(compiling: bool, simd: int | None) -> Iterator[None]:
     """Around a compiled call: ``simd``, the vector width in bits for inductor's C++ (1: scalar code; None: inductor's
     default). torch's compiler warns about its own deprecated internals while it imports them: not the caller's to act
-    on, and an error where warnings are errors, so those are silenced here."""
+    on, and an error where warnings are errors, so those are silenced here. Each graph is compiled in this process
+    (``compile_threads`` 1): the stacks' graphs are a few small kernels each, and starting inductor's pool of compile
+    workers took longer than compiling them (82 s against 33 s of wall time for a cold ``horizon --path all`` on 2
+    cores; the same kernels, the same output)."""
     if not compiling:
         yield
         return
     from torch._inductor import config
 
+    settings = {"compile_threads": 1, **({"cpp.simdlen": simd} if simd is not None else {})}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
-        with config.patch({"cpp.simdlen": simd}) if simd is not None else contextlib.nullcontext():
+        with config.patch(settings):
             yield
 
 

@@ -1,0 +1,44 @@
+"""Engine environments that are not installed are built side by side (environments.start), each once, and an
+installed one is not touched: what the suite's engine_environments mark relies on (conftest)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from softcapgrad.core.checks import InputError
+from softcapgrad.engines import environments as envs
+
+
+@pytest.fixture()
+def fake(monkeypatch):
+    """Environments a, b, c, of which c is installed; a build waits until the others have started too."""
+    built, started = [], threading.Barrier(2, timeout=10)
+
+    def state(name, root=None, path=None):
+        return envs.State(name, "installed" if name == "c" else "not installed", None, None, {}, 0, "")
+
+    def install(name, root=None, say=lambda line: None, path=None):
+        started.wait()  # a second build must start before the first ends: raises BrokenBarrierError otherwise
+        built.append(name)
+        if name == "b":
+            raise InputError("engine environment b could not be installed: no wheel for it")
+        return envs.State(name, "installed", None, None, {}, 0, "")
+
+    monkeypatch.setattr(envs, "state", state)
+    monkeypatch.setattr(envs, "install", install)
+    return built
+
+
+def test_the_missing_ones_build_at_the_same_time_each_once(fake):
+    builds = envs.start(["a", "b", "c", "a", envs.MAIN])
+    assert sorted(builds) == ["a", "b"]  # c is installed, main is never built, a is named twice
+    assert builds["a"].result(timeout=20).state == "installed"
+    with pytest.raises(InputError, match="no wheel"):  # a failed build is its one-line reason, for whoever waits
+        builds["b"].result(timeout=20)
+    assert sorted(fake) == ["a", "b"]
+
+
+def test_nothing_to_build_starts_nothing(fake):
+    assert envs.start(["c", envs.MAIN]) == {} and fake == []

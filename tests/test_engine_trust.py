@@ -1,0 +1,204 @@
+"""The engines' cache runs nothing someone else may have put there, and leaves no build behind: a planted
+environment with a copied stamp is listed as untrusted and refused in one line; a build's temporary folder whose
+process is gone is removed; SIGTERM to an install ends pip's whole process group and removes its folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from softcapgrad.core.checks import InputError
+from softcapgrad.engines import environments as envs
+
+NAME = "transformers-4"  # a real environment of the catalog, planted by hand (nothing is built)
+
+
+def _plant(root: Path, name: str = NAME, path: Path | None = None) -> Path:
+    """An environment that passes the stamp check: the stamp of a finished build copied in, and an interpreter
+    that, if ever run, leaves a file behind."""
+    req = envs.read(name, path)
+    here = envs.folder(req, root)
+    (here / "bin").mkdir(parents=True)
+    python = here / "bin" / "python"
+    python.write_text(f"#!/bin/sh\ntouch {here / 'ran'}\n", encoding="utf-8")
+    python.chmod(0o755)
+    (here / envs.STAMP).write_text(json.dumps({"sha256": req.digest, "versions": {"torch": "2.0"}}), encoding="utf-8")
+    for p in (root, here, here / "bin", here / envs.STAMP):
+        p.chmod(p.stat().st_mode & ~0o022)
+    assert envs.state(name, root, path).state == "installed"  # what today's check takes it for
+    return here
+
+
+def _foreign(monkeypatch, under: Path) -> None:
+    """Every node at or under ``under`` reads as another user's (the tests run as root, who owns everything)."""
+    real = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        info = real(path, *args, **kwargs)
+        if Path(os.fsdecode(path)).is_relative_to(under):
+            fields = list(info)[:10]
+            fields[4] = 4242
+            return os.stat_result(fields)
+        return info
+
+    monkeypatch.setattr(os, "lstat", lstat)
+
+
+@pytest.mark.parametrize("how, said", [
+    ("group-writable folder", "its folder is writable by its group"),
+    ("world-writable file", "its file or folder bin/python is writable by others"),
+    ("foreign folder", "its folder is owned by another user (uid 4242)"),
+    ("foreign cache", "the cache folder {root} is owned by another user (uid 4242)"),
+])
+def test_a_planted_environment_with_a_copied_stamp_is_untrusted_and_refused(tmp_path, monkeypatch, how, said):
+    root = tmp_path / "engines"
+    here = _plant(root)
+    if how == "group-writable folder":
+        here.chmod(0o775)
+    elif how == "world-writable file":
+        (here / "bin" / "python").chmod(0o777)
+    else:
+        _foreign(monkeypatch, here if how == "foreign folder" else root)
+    st = envs.state(NAME, root)
+    assert (st.state, st.reason, st.python) == ("untrusted", said.format(root=root), None)
+    assert st.suspect == (root if how == "foreign cache" else here)
+    for install_it in (False, True):  # install does not build over it either
+        with pytest.raises(InputError) as err:
+            envs.ready(NAME, install_it, root, engine=NAME)
+        assert str(err.value) == (f"engine {NAME}: its environment {NAME} is untrusted ({said.format(root=root)}), "
+                                  f"so nothing in it is run: remove {st.suspect} (rm -rf {st.suspect}), then "
+                                  f"softcapgrad engines install {NAME}")
+    assert not (here / "ran").exists() and envs.sweep(root) == []
+
+
+def test_a_planted_link_is_untrusted_and_removal_takes_the_link_alone(tmp_path):
+    elsewhere = _plant(tmp_path / "elsewhere")
+    root = tmp_path / "engines"
+    root.mkdir(mode=0o755)
+    link = envs.folder(envs.read(NAME), root)
+    link.symlink_to(elsewhere)
+    st = envs.state(NAME, root)
+    assert (st.state, st.reason, st.suspect) == ("untrusted", "its folder is a symbolic link", link)
+    envs.remove(NAME, root)
+    assert not os.path.lexists(link) and (elsewhere / envs.STAMP).is_file()
+
+
+def test_the_owners_own_stamped_folder_is_trusted(tmp_path):
+    """The documented limit: ownership and permissions are the check, so a folder this user made is theirs."""
+    assert envs.state(NAME, tmp_path / "engines").state == "not installed"
+    _plant(tmp_path / "engines")
+
+
+def test_a_build_under_a_group_writable_umask_is_trusted(tmp_path):
+    """The build writes for its owner alone, so its own environment passes the check whatever the umask."""
+    path = tmp_path / "tiny.txt"
+    path.write_text("# nothing but the interpreter\n", encoding="utf-8")
+    mask = os.umask(0o002)
+    try:
+        st = envs.install("tiny", tmp_path / "engines", path=path)
+    finally:
+        os.umask(mask)
+    assert st.state == "installed" and (st.path / "bin").stat().st_mode & 0o777 == 0o755
+    assert (st.path / envs.STAMP).stat().st_mode & 0o777 == 0o644
+
+
+def test_parity_and_the_listing_refuse_a_planted_environment(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    here = _plant(envs.cache_root())
+    here.chmod(0o777)
+    listed = CliRunner().invoke(app, ["engines", "--json"])
+    assert listed.exit_code == 0, listed.output
+    data = json.loads(listed.stdout)
+    [row] = [r for r in data["rows"] if r["engine"] == NAME]
+    assert row["state"] == "untrusted: its folder is writable by others"
+    assert data["answer"][-1] == (f"Untrusted, never run (someone else may have put or changed them): remove {here} "
+                                  "(rm -rf), then install again.")
+    for engines in (["--engine", NAME], []):  # named, or among all
+        result = CliRunner().invoke(app, ["parity", *engines])
+        assert result.exit_code == 2
+        [line] = result.output.strip().splitlines()
+        assert line.startswith(f"softcapgrad: error: engine {NAME}: its environment {NAME} is untrusted (its folder "
+                               f"is writable by others), so nothing in it is run: remove {here}")
+    assert not (here / "ran").exists()
+
+
+# A build backend of pip's that hangs in its first hook, after saying which processes run it (itself and pip).
+BACKEND = """
+import os, time
+
+def get_requires_for_build_wheel(config_settings=None):
+    with open(os.environ["SLOW_PIDS"] + ".tmp", "w") as f:
+        f.write(f"{os.getpid()} {os.getppid()}")
+    os.replace(os.environ["SLOW_PIDS"] + ".tmp", os.environ["SLOW_PIDS"])
+    time.sleep(300)
+    return []
+"""
+
+# softcapgrad engines install, its requirements file replaced by the slow one.
+INSTALL = """
+import sys
+from pathlib import Path
+from softcapgrad.engines import environments
+environments.requirements_file = lambda name: Path(sys.argv[1])
+from softcapgrad.cli.app import app
+app(["engines", "install", sys.argv[2]])
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_sigterm_during_install_ends_pip_and_its_backend_and_removes_the_build(tmp_path):
+    package = tmp_path / "slowpkg"
+    package.mkdir()
+    (package / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                            'backend-path = ["."]\n\n[project]\nname = "slowpkg"\nversion = "0"\n')
+    (package / "backend.py").write_text(BACKEND)
+    slow = tmp_path / "slow.txt"
+    slow.write_text(f"--no-index\n{package}\n", encoding="utf-8")  # nothing is fetched: a local folder alone
+    pids_file = tmp_path / "pids"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SLOW_PIDS": str(pids_file)}
+    proc = subprocess.Popen([sys.executable, "-c", INSTALL, str(slow), NAME], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        deadline = time.monotonic() + 90
+        while not pids_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids_file.exists(), proc.communicate(timeout=30)
+        pids = [int(p) for p in pids_file.read_text().split()]
+        root = tmp_path / "cache" / "softcapgrad" / "engines"
+        assert [p.name for p in root.glob(".*.building-*")] == [f".{NAME}-{envs.read(NAME, slow).digest[:16]}"
+                                                                  f".building-{proc.pid}"]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err[-600:]
+        assert err.strip().splitlines()[-1] == ("softcapgrad: terminated; the build's processes were stopped and its "
+                                                "temporary folder removed")
+        assert not [pid for pid in pids if _running(pid)]  # the backend, and pip above it
+        assert sorted(p.name for p in root.iterdir()) == [f".{NAME}.lock"]
+    finally:
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
