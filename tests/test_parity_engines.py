@@ -1,5 +1,8 @@
 """Engines live from their own environments (the ones that install fastest: about 2 minutes each on 2 cores, once;
-reused after from the user's cache): what each does with Gemma 2's caps, measured."""
+reused after from the user's cache): what each does with Gemma 2's caps, measured.
+
+The three environments are built side by side once collection is done (conftest: the engine_environments mark),
+and Gemma 2 is measured once for every engine the selected tests name: one reference, their routes two at a time."""
 
 from __future__ import annotations
 
@@ -7,28 +10,41 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import catalog, environments, parity  # noqa: E402
+from softcapgrad.engines import catalog, parity  # noqa: E402
 from softcapgrad.engines import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
 TOKENS = 12  # longer than the tiny config's sliding window (reference.WINDOW)
+OLDER = ("transformers-4", "transformers-5.0")
 
 
-def _measure(name: str, model_type: str = "gemma2") -> dict:
-    engine = catalog.engines()[name]
-    state = environments.ready(engine.environment, True)  # built on the first run, reused after
+def _run(names, engine_environment, model_type: str):
+    engines = [catalog.engines()[n] for n in names]
+    states = {e.environment: engine_environment(e.environment) for e in engines}  # built on the first run, reused
     src = audit.source(None, model_type, ref.tiny_sets(model_type))
-    result = parity.measure(src, [engine], {engine.environment: state}, TOKENS, 0, 600, model_type)
-    for info in result.engines:
-        assert info["reason"] is None, info["reason"]
-    return {(r["route"], r["cap"]): r for r in result.rows}, {e["route"]: e for e in result.engines}
+    return parity.measure(src, engines, states, TOKENS, 0, 600, model_type, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def gemma2(request, engine_environment):
+    """Gemma 2 through every engine a selected test of this module names: engine -> (rows, runs)."""
+    names = list(dict.fromkeys(n for item in request.session.items if "gemma2" in item.fixturenames
+                               for mark in item.iter_markers("engine_environments") for n in mark.args))
+    result = _run(names, engine_environment, "gemma2")
+    out = {}
+    for name in names:
+        infos = [e for e in result.engines if e["engine"] == name]
+        assert infos and all(info["reason"] is None for info in infos), infos
+        rows = {(r["route"], r["cap"]): r for r in result.rows if r["engine"] == name}
+        out[name] = rows, {e["route"]: e for e in infos}
+    return out
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["transformers-4", "transformers-5.0"])
-def test_older_transformers_drop_the_attention_cap_by_default_and_eager_keeps_it(name):
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.engine_environments(n)) for n in OLDER])
+def test_older_transformers_drop_the_attention_cap_by_default_and_eager_keeps_it(gemma2, name):
     """4.57.6 and 5.0.0 pick sdpa for Gemma 2 when the user passes nothing; sdpa takes no soft-cap."""
-    rows, runs = _measure(name)
+    rows, runs = gemma2[name]
     assert "attention sdpa" in runs["default"]["did"] and "attention eager" in runs["eager"]["did"]
     assert rows["default", "attention"]["verdict"] == "ignored"
     assert rows["eager", "attention"]["verdict"] == "applied"
@@ -37,19 +53,18 @@ def test_older_transformers_drop_the_attention_cap_by_default_and_eager_keeps_it
 
 
 @pytest.mark.slow
-def test_a_folder_an_older_transformers_cannot_fully_load_is_its_reason():
+@pytest.mark.engine_environments("transformers-4")
+def test_a_folder_an_older_transformers_cannot_fully_load_is_its_reason(engine_environment):
     """4.57.6's Gemma 3n builds key and value projections in its KV-sharing layers that 5.x neither builds nor
     saves: it would run them on random weights."""
-    engine = catalog.engines()["transformers-4"]
-    state = environments.ready(engine.environment, True)
-    src = audit.source(None, "gemma3n_text", ref.tiny_sets("gemma3n_text"))
-    result = parity.measure(src, [engine], {engine.environment: state}, TOKENS, 0, 600, "gemma3n_text")
+    result = _run(["transformers-4"], engine_environment, "gemma3n_text")
     assert {r["verdict"] for r in result.rows if r["cap"] == "final"} == {"could not run"}
     assert all("finds no weights in the folder for" in e["reason"] for e in result.engines)
 
 
 @pytest.mark.slow
-def test_keras_hub_from_its_own_environment():
-    rows, runs = _measure("kerashub")
+@pytest.mark.engine_environments("kerashub")
+def test_keras_hub_from_its_own_environment(gemma2):
+    rows, runs = gemma2["kerashub"]
     assert {k: r["verdict"] for k, r in rows.items()} == {("default", "attention"): "applied",
                                                            ("default", "final"): "applied"}
