@@ -1,5 +1,6 @@
 # make reproduce: regenerate and check every document number (results/).
-# make test: the test suite. Both create .venv and install the pinned versions first.
+# make test: the test suite, on two worker processes (pytest-xdist). Both create .venv and install the pinned
+# versions first.
 # make census: every soft-cap and gate of the installed transformers, found by running each model type tiny
 # (results/census.json, census.md, figures/census.png; about 700 s of CPU on a 2-core CPU without bf16 instructions,
 # shared by up to 4 worker processes: 6 min on the wall; each model type's budget is CPU time; not part of make test).
@@ -29,7 +30,7 @@ reproduce: $(STAMP)
 	$(PY) -m softcapgrad reproduce --out results
 
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n 2 --durations=25
 
 census: $(STAMP)
 	$(PY) -m softcapgrad census --out results

@@ -72,6 +72,15 @@ def paired_extra(samples: dict[str, list[float]], name: str, baseline: str) -> t
     return statistics.median(extra), low, high
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children: as ``interleaved``'s clock, each run's
+    own CPU time, which the load of other processes on a shared machine inflates far less than its wall time."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def command(*args: str) -> Callable[[], None]:
     return lambda: subprocess.run(list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
 

@@ -13,6 +13,10 @@ from softcapgrad.cli.app import app
 # header), so each capability gets a cache of its own.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
     tempfile.gettempdir(), f"torchinductor-softcapgrad-{os.environ.get('ATEN_CPU_CAPABILITY') or 'native'}"))
+# The suite's compiled graphs are small: inductor's pool of compile workers costs more to start on 2 cores than
+# it saves (the stacks compile in-process for the same reason, stacks/runners.py), and make test's two workers
+# would each start one. The same kernels are generated either way.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +33,42 @@ def cli():
         return result.exit_code, parsed, result.stdout, result.stderr
 
     return run
+
+
+# --- engine environments ------------------------------------------------------------------------
+# A test that runs an engine from its own environment names it with @pytest.mark.engine_environments(NAME, ...).
+# Once collection is done, every such environment the selected tests need and this machine lacks starts building,
+# all side by side and in the background (environments.start): the builds overlap each other and the tests that
+# run before theirs. The fixture ``engine_environment(NAME)`` waits for its build (or builds it then, for an
+# environment no mark named) and returns its State; a failed build fails each test that waits on it, with the
+# build's own one-line reason. The end of the run waits for a build still under way.
+_BUILDS: dict = {}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "engine_environments(*names): the engine environments the test runs in, "
+                                       "built side by side once collection is done")
+
+
+def pytest_collection_finish(session):
+    names = [n for item in session.items for mark in item.iter_markers("engine_environments") for n in mark.args]
+    if names and not session.config.option.collectonly:
+        from softcapgrad.engines import environments
+
+        _BUILDS.update(environments.start(names))
+
+
+def pytest_sessionfinish(session):
+    for build in _BUILDS.values():  # finished, not left to the interpreter's exit
+        build.exception()
+
+
+@pytest.fixture(scope="session")
+def engine_environment():
+    from softcapgrad.engines import environments
+
+    def ready(name: str):
+        build = _BUILDS.get(name)
+        return build.result() if build is not None else environments.ready(name, True)
+
+    return ready

@@ -93,19 +93,6 @@ def test_module_entry_point_bad_input_has_no_traceback():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_numpy_only_commands_do_not_import_torch():
-    code = (
-        "import sys\n"
-        "from softcapgrad.cli.app import main\n"
-        "sys.argv = ['softcapgrad', '{cmd}', '--json']\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\n"
-    )
-    for cmd in ("ratchet", "knee"):
-        proc = subprocess.run([sys.executable, "-c", code.format(cmd=cmd)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-
-
 FAST_INVOCATIONS = [
     ["identity", "--points", "2001"],
     ["ratchet"],

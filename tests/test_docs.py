@@ -7,10 +7,18 @@ quoted lines, each compared without trailing spaces, with one rule for elision: 
 stands for zero or more lines of output. Nothing else is skipped. ```sh blocks are not run (commands too slow
 for the suite). A `$ softcapgrad` line anywhere but in a console or sh block fails the test, so a quoted
 command is never left unchecked by accident. Pages added to docs/ later are covered by the glob.
+
+A count the pages state (of engines, environments, capped types, claims reproduced and differing, and the rows
+of the `softcapgrad engines` example, which sits in a ```sh block because its states depend on the machine) is
+checked against the tool's own figures: `engines --json` and the committed ledger, which tests/test_claims.py
+keeps equal to a fresh `reproduce`. Each pattern must still find its count somewhere, so a page reworded away
+from a pattern fails here rather than going unchecked.
 """
 
+import json
 import re
 import shlex
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -103,3 +111,72 @@ def test_the_elision_rule_is_strict():
     assert not matches(["a", "c"], ["a", "b", "c"])  # a missing line is not elided without `...`
     assert not matches(["a", ELIDED, "x"], ["a", "b"]) and not matches(["a"], ["a", "b"])
     assert matches(["a  "], ["a"]) and not matches(["a b"], ["a  b"])  # trailing spaces only
+
+
+# --- the counts the pages state ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine_rows() -> list[dict]:
+    result = CliRunner().invoke(app, ["engines", "--json"])  # lists the environments, builds nothing
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)["rows"]
+
+
+@pytest.fixture(scope="module")
+def real(engine_rows) -> dict[str, int]:
+    from softcapgrad.engines.modeltypes import LABELS
+
+    ledger = json.loads((ROOT / "results" / "claims.json").read_text(encoding="utf-8"))["rows"]
+    verdicts = Counter(row["verdict"] for row in ledger)
+    return {"engines": len(engine_rows), "environments": len({r["environment"] for r in engine_rows} - {"main"}),
+            "other capped types": len(LABELS) - 1, "claims": len(ledger), "claims from the documents": len(ledger) - 1,
+            "reproduced": verdicts["reproduced"], "differ": verdicts["differs"]}
+
+
+COUNTS = {  # a phrase of the pages -> the figure each of its numbers states
+    r"\b(\d+) engines and libraries": ("engines",),
+    r"\ball (\d+) engines\b": ("engines",),
+    r"\bthe (\d+) environments\b": ("environments",),
+    r"\bother (\d+) capped types\b": ("other capped types",),
+    r"\bholds (\d+) claims, (\d+) from the three documents and one beyond them": ("claims", "claims from the documents"),
+    r"\b(\d+) are reproduced and (\d+) differ\b": ("reproduced", "differ"),
+}
+
+
+def stated(pattern: str) -> list[tuple[str, re.Match]]:
+    """(page, match) of every place a pattern finds, lines joined so that a phrase may wrap."""
+    return [(str(page.relative_to(ROOT)), m) for page in PAGES
+            for m in re.finditer(pattern, " ".join(page.read_text(encoding="utf-8").split()))]
+
+
+@pytest.mark.parametrize("pattern", COUNTS, ids=lambda p: " and ".join(COUNTS[p]))
+def test_every_count_the_pages_state_is_the_tools(pattern, real):
+    found = stated(pattern)
+    assert found, f"no page states {pattern!r} any more: reword the pattern with the page"
+    wrong = [f"{page}: {m.group(0)!r} where the tool gives {real[name]}"
+             for page, m in found for name, shown in zip(COUNTS[pattern], m.groups()) if int(shown) != real[name]]
+    assert not wrong, "; ".join(wrong)
+
+
+def quoted_runs(*args: str) -> list[tuple[str, list[str]]]:
+    """(page, quoted output) of every command ``softcapgrad ARGS`` a console or sh block shows."""
+    return [(str(page.relative_to(ROOT)), quoted) for page in PAGES
+            for info, line, lines in blocks(page.read_text(encoding="utf-8"))
+            if info in ("console", "sh") and lines and lines[0].startswith("$ softcapgrad")
+            for words, quoted in examples(lines) if tuple(words) == args]
+
+
+def test_the_engines_example_counts_the_engines_the_tool_lists(engine_rows):
+    shown = quoted_runs("engines")
+    assert shown, "no page quotes `softcapgrad engines`"
+    for page, quoted in shown:
+        head = re.fullmatch(r"(\d+) of (\d+) engines can run now: (.*)\.", quoted[0])
+        assert head, f"{page}: {quoted[0]!r}"
+        cells = [[c.strip() for c in line.strip("│").split("│")] for line in quoted if line.startswith("│")]
+        rows = [c for c in cells if c[0]]  # a row's continuation lines have an empty first cell
+        runnable = head.group(3).split(", ")
+        assert int(head.group(2)) == len(engine_rows), f"{page}: {quoted[0]!r}, the tool lists {len(engine_rows)}"
+        assert [r[0] for r in rows] == [r["engine"] for r in engine_rows], f"{page}: the table's rows"
+        assert int(head.group(1)) == len(runnable) == sum(r[2] == "installed" for r in rows), f"{page}: {quoted[0]!r}"
+        assert runnable == [r[0] for r in rows if r[2] == "installed"], f"{page}: {quoted[0]!r}"
