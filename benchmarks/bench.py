@@ -15,14 +15,14 @@ from typing import Callable
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the area files import as benchmarks.<area>
 
-from benchmarks import dynamics, experiment, monitor, parity, remedy, scan, stacks, startup, tether  # noqa: E402
+from benchmarks import dynamics, experiment, gates, monitor, parity, remedy, scan, stacks, startup, tether  # noqa: E402
 from benchmarks.timing import Figure, show  # noqa: E402
 
 SECTIONS: dict[str, Callable[[], list[Figure]]] = {
     "startup": startup.startup, "commands": startup.commands, "reproduce": startup.reproduce,
-    "remedy": remedy.remedy, "tether": tether.tether, "dynamics": dynamics.dynamics, "scan": scan.scan,
+    "remedy": remedy.remedy, "tether": tether.tether, "tether_patch": tether.tether_patch, "dynamics": dynamics.dynamics, "scan": scan.scan,
     "scan_imports": scan.scan_imports, "stacks": stacks.stacks, "monitor_and_patch": monitor.monitor_and_patch,
-    "monitor_sampled": monitor.monitor_sampled, "experiment": experiment.experiment, "parity": parity.parity,
+    "monitor_sampled": monitor.monitor_sampled, "gate_monitor": gates.gate_monitor, "experiment": experiment.experiment, "parity": parity.parity,
     "environments": parity.environments,
 }
 ON_REQUEST = ("environments",)  # builds 6 GB of environments from scratch: run by name only

@@ -18,19 +18,44 @@ the Trainer's callbacks at train begin (the reporting integrations come before u
 otherwise, and would log without them). ``patch=True`` runs the model's tanh and sigmoid with the
 fp32 backward (``softcapgrad.patch``) from train begin to train end; the fractions then still count
 elements past the eager path's first zero, which the patch's gradient no longer drops.
+
+``gates=True`` also watches the same steps with ``softcapgrad.GateMonitor`` (one for the whole run, so
+that its windows see the drift): per gate site ``gates/<module>/<fn>/closed``, ``…/zero_grad`` and
+``…/mean`` of the watched step, and ``gates/closing``, the number of sites closing window after window
+(``gate_window`` watched steps each).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
-from softcapgrad.stacks.watch import DeadZoneMonitor
+from softcapgrad.stacks.watch import DeadZoneMonitor, GateMonitor
 
 PREFIX = "dead_zone/"
+GATES = "gates/"
+
+
+def gate_figures(monitor: GateMonitor) -> dict[str, float]:
+    """``gates/<module>/<fn>/closed|zero_grad|mean`` of the last watched step, and ``gates/closing``."""
+    out = {}
+    rows = monitor.rows()
+    for r in rows:
+        if r.steps != monitor.watched:
+            continue  # the site did not run in the last watched step
+        count, closed, _, backward, zero, mean = r.per_step[-1]
+        name = f"{GATES}{r.module}/{r.fn}"
+        out[f"{name}/closed"] = closed / count if count else 0.0
+        if backward:
+            out[f"{name}/zero_grad"] = zero / backward
+        out[f"{name}/mean"] = mean
+    if rows:
+        out[GATES + "closing"] = float(sum(r.trend == "closing" for r in rows))
+    return out
 
 
 def fractions(rows) -> dict[str, float]:
@@ -54,12 +79,16 @@ def fractions(rows) -> dict[str, float]:
 class DeadZoneCallback(TrainerCallback):
     """Watch one optimizer step in ``every`` and log its dead-zone fractions through the Trainer."""
 
-    def __init__(self, every: int = 100, patch: bool = False, **monitor_options) -> None:
+    def __init__(self, every: int = 100, patch: bool = False, gates: bool = False, gate_window: int = 1,
+                 **monitor_options) -> None:
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"every must be a whole number ≥ 1, got {every!r}")
         self.every = every
         self.patch = patch
         self.options = monitor_options
+        self.gates = GateMonitor(window=gate_window) if gates else None  # one for the run: it keeps the history
+        if self.gates is not None:
+            self.gates.held = True  # a step's micro-batches are one watched step
         self.monitor: DeadZoneMonitor | None = None  # the monitor of the step being watched (or last watched)
         self.pending: dict[str, float] = {}
         self._patched = None
@@ -93,7 +122,8 @@ class DeadZoneCallback(TrainerCallback):
         def step(*args, **kwargs):
             if self.monitor is None:
                 return training_step(*args, **kwargs)
-            with self.monitor:  # exits on every path, a raising step included
+            gates = self.gates if self.gates is not None else contextlib.nullcontext()
+            with self.monitor, gates:  # exits on every path, a raising step included
                 return training_step(*args, **kwargs)
 
         step.watched_by = self
@@ -130,6 +160,8 @@ class DeadZoneCallback(TrainerCallback):
             if self._trainer is None:
                 self._entered = True
                 self.monitor.__enter__()
+                if self.gates is not None:
+                    self.gates.__enter__()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._stop():
@@ -141,12 +173,17 @@ class DeadZoneCallback(TrainerCallback):
             return False
         if self._entered:
             self._entered = False
+            if self.gates is not None:
+                self.gates.__exit__(None, None, None)
             monitor.__exit__(None, None, None)
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             monitor.all_reduce()
         self.pending = fractions(monitor.rows())
+        if self.gates is not None:
+            self.gates.end_step()
+            self.pending.update(gate_figures(self.gates))
         self.last = monitor
         return True
 

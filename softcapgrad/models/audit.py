@@ -60,6 +60,7 @@ class Run:
     hidden: str | None = None
     model: Any = None
     warnings: list = field(default_factory=list)  # the library's warnings during the run, one line each
+    gate_health: list = field(default_factory=list)  # GateMonitor GateRow
 
 
 def installed(implementation: str) -> bool:
@@ -140,7 +141,7 @@ def run_implementation(src: Source, implementation: str, batch: Batch, dtype, st
 
 
 def _run_implementation(src: Source, implementation: str, batch: Batch, dtype, state) -> Run:
-    from softcapgrad.stacks.watch import DeadZoneMonitor
+    from softcapgrad.stacks.watch import DeadZoneMonitor, GateMonitor
 
     if not installed(implementation):
         return Run(implementation, "not installed", f"{implementation} is not installed here")
@@ -153,20 +154,20 @@ def _run_implementation(src: Source, implementation: str, batch: Batch, dtype, s
     model.train()
     status, reason = "ran", ""
     try:
-        with DeadZoneMonitor(keep_inputs=True) as monitor:
+        with DeadZoneMonitor(keep_inputs=True) as monitor, GateMonitor() as gates:
             forward(model, batch, grad=True)
     except NotImplementedError as err:  # e.g. no backward on this device: the forward alone, then
         status, reason = "forward only", _first_line(err)
         model.zero_grad(set_to_none=True)
         try:
-            with DeadZoneMonitor(keep_inputs=True) as monitor:
+            with DeadZoneMonitor(keep_inputs=True) as monitor, GateMonitor() as gates:
                 forward(model, batch, grad=False)
         except Exception as err2:
             return Run(implementation, "refused at run", _first_line(err2))
     except Exception as err:
         return Run(implementation, "refused at run", _first_line(err))
     inputs = {(s.module, s.cap): monitor.inputs(s) for s in monitor.sites() if s.fn == "tanh"}
-    return Run(implementation, status, reason, monitor.rows(), inputs, monitor.hidden(), model)
+    return Run(implementation, status, reason, monitor.rows(), inputs, monitor.hidden(), model, gate_health=gates.rows())
 
 
 # --- caps and gates, found by running -----------------------------------------------------------

@@ -106,11 +106,52 @@ def gate_rows(result) -> list[dict]:
     return [asdict(g) for g in result.gates]
 
 
+def health_rows(result) -> list[dict]:
+    """Gate health from the first run that ran: one row per census gate site (layer indices as *) and format,
+    its counts summed over the layers; a softmax counts when it feeds a top-k (a router)."""
+    from softcapgrad.models.trace import layerless
+
+    run = next((r for r in result.runs if r.status in ("ran", "forward only")), None)
+    census = {(g.module, g.fn) for g in result.gates if g.kind == "gate"}
+    merged: dict = {}
+    for r in run.gate_health if run else ():
+        module = layerless(r.module)
+        if r.fn != "softmax" and (module, r.fn) not in census:
+            continue
+        m = merged.setdefault((module, r.fn, r.dtype), {"row": r, "sums": [0] * 6, "layers": 0})
+        m["layers"] += 1
+        for count, closed, saturated, backward, zero, mean in r.per_step:
+            for i, v in enumerate((count, closed, saturated, backward, zero, count * mean)):
+                m["sums"][i] += v
+    rows = []
+    for (module, fn, dtype), m in merged.items():
+        count, closed, saturated, backward, zero, total = m["sums"]
+        r = m["row"]
+        rows.append({"implementation": run.implementation, "module": module, "fn": fn, "dtype": dtype,
+                     "stuck_open_from": r.stuck_open_from, "stuck_shut_from": r.stuck_shut_from,
+                     "closed_share": closed / count if count else 0.0,
+                     "saturated_share": saturated / count if count else 0.0,
+                     "zero_grad_share": zero / backward if backward else None, "mean_gate": total / count if count else 0.0,
+                     "layers": m["layers"], "count": count, "min_input": r.min_input, "max_input": r.max_input,
+                     "source": r.source})
+    return rows
+
+
+def _health_sentence(health: list[dict]) -> str:
+    if not health:
+        return "No gate site of the census ran, and no softmax router (the gate health table)."
+    low = [h for h in health if h["dtype"] in ("bfloat16", "float16") and h["stuck_open_from"] is not None]
+    worst = max(health, key=lambda h: h["zero_grad_share"] or 0.0)
+    return (f"Gate health (the gate health table): {worst['zero_grad_share'] or 0:.2%} of {worst['fn']} at {worst['module']} "
+            f"got an exactly-zero gradient" + (f"; {low[0]['fn']} at {low[0]['module']} runs in {low[0]['dtype']}, "
+                                                f"stuck open from x = {low[0]['stuck_open_from']:g}" if low else "") + ".")
+
+
 def _value(row) -> str:
     return row["field"] if row["cap"] is None else f"{row['field']} = {row['cap']:g}"
 
 
-def answer(result, rows: list[dict], fields: list[dict], gates: list[dict]) -> tuple[str, ...]:
+def answer(result, rows: list[dict], fields: list[dict], gates: list[dict], health: list[dict] = ()) -> tuple[str, ...]:
     ran = [r.implementation for r in result.runs if r.status in ("ran", "forward only")]
     head = (f"{result.model} ({result.model_type}, {result.dtype}"
             + (f" under {result.autocast} autocast" if result.autocast else "")
@@ -146,10 +187,11 @@ def answer(result, rows: list[dict], fields: list[dict], gates: list[dict]) -> t
                    f"({worst['dtype']}, c = {worst['cap']:g}, gradient exactly 0 from {worst['first_zero_grad_input']:g}).")
     elif not rows:
         out.append("No capped tanh ran in any implementation.")
-    if gates:
+    if gates or health:
         kinds = sorted({f"{g['fn']} at {g['module']}" for g in gates})
-        out.append(f"{len(gates)} softplus/sigmoid contract{'s' if len(gates) != 1 else ''} (the gates table): "
-                   + "; ".join(kinds[:3]) + ("; …" if len(kinds) > 3 else "") + ".")
+        out.append((f"{len(gates)} softplus/sigmoid contract{'s' if len(gates) != 1 else ''} (the gates table): "
+                    + "; ".join(kinds[:3]) + ("; …" if len(kinds) > 3 else "") + ". " if gates else "")
+                   + _health_sentence(health))
     return tuple(out)
 
 
@@ -160,6 +202,7 @@ def audit_report(result, params: dict):
     rows = site_rows(result)
     fields = config_rows(result)
     gates = gate_rows(result)
+    health = health_rows(result)
     implementations = [r.implementation for r in result.runs]
     columns = ("module", "cap", "dtype", "first_zero_grad_input", "fraction")
     wide = ("field", "caps", "max_abs", "path", "count", "saturated", "zero_grad", "source", "basis")
@@ -179,6 +222,11 @@ def audit_report(result, params: dict):
             Table("config", "soft-caps found by running: each field, its status, which implementation applies it", fields,
                   ("field", "cap", "status", "applied_by"), wide=("modules", "divisor", "dtype", "ignored_by", "evidence",
                                                                  *implementations)),
+            Table("gate_health", "gate health: each site's format, its stuck-open input and this batch's shares",
+                  health or [{"module": "(no gate ran)"}],
+                  ("module", "fn", "dtype", "stuck_open_from", "closed_share", "zero_grad_share", "mean_gate"),
+                  wide=("stuck_shut_from", "saturated_share", "layers", "count", "min_input", "max_input", "source")
+                  if health else ()),
             Table("gates", "softplus and sigmoid sites: their contract (eager)", gates,
                   ("module", "fn", "shape", "broadcast", "runs_in", "cast_to"),
                   wide=("source", "consumer", "operand", "reader", "role", "count")),
@@ -199,8 +247,12 @@ def audit_report(result, params: dict):
             "fraction: share of the site's values whose tanh output was stored as exactly ±1 (eager gradient exactly 0); "
             "for hidden sites, share of the eager run's pre-cap values at or past that path's first zero-gradient input",
             "gates: shapes from a forward of batch 3 × 7 tokens, axes named by the configuration's sizes",
+            "gate health: the census's gate sites (and softmax routers: a softmax that feeds a top-k) in this batch's "
+            "forward and backward; stuck open from: the first input whose autograd gradient is exactly 0, σ stored as "
+            "1.0 in that format (measured, torch eager CPU); closed: below 1e-3; zero grad: exactly 0 where the "
+            "upstream gradient was not",
         ),
-        answer=answer(result, rows, fields, gates),
+        answer=answer(result, rows, fields, gates, health),
         figures={"versions": versions},
     )
 

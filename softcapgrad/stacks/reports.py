@@ -156,6 +156,29 @@ def _remedy_sentence(rows: list[dict]) -> str:
             + f" (the plain {BASELINE}: {eager}).")
 
 
+GATE_FORMATS = ("bfloat16", "float16", "float32")
+
+
+def gate_stack_rows() -> list[dict]:
+    """The sigmoid and softplus gates on torch eager CPU: per format and side, the first input whose autograd
+    gradient is exactly 0 (softcapgrad.stacks.gates), beside the correctly rounded law's."""
+    from softcapgrad.stacks import gates
+
+    return [r for fn in ("sigmoid", "softplus") for name in GATE_FORMATS
+            for r in gates.gate_rows(formats.resolve(name), fn, ["eager"])]
+
+
+def _gate_sentence(rows: list[dict]) -> str:
+    at = {(r["fn"], r["side"]): r["first_zero_grad_input"] for r in rows if r["dtype"] == "bfloat16"}
+
+    def x(key) -> str:
+        return "never" if at[key] is None else f"from x = {at[key]:g}"
+
+    return (f"The gates (torch eager CPU, bf16): a sigmoid gate's gradient is exactly 0 {x(('sigmoid', '+'))} "
+            f"(stuck open) and {x(('sigmoid', '−'))} (stuck shut); a softplus gate's {x(('softplus', '−'))} "
+            f"only, {x(('softplus', '+'))} for x > 0.")
+
+
 def stacks_report() -> Report:
     """Every stack: its device, the score formats it takes, where its figures come from on this machine, and
     where each remedy's gradient first becomes 0 per scores format."""
@@ -171,6 +194,7 @@ def stacks_report() -> Report:
     absent = {r["reason"]: [x["path"] for x in rows if x["reason"] == r["reason"]]
               for r in rows if r["source"] == "not measured"}
     remedies = remedy_rows()
+    gates = gate_stack_rows()
     return Report(
         command="stacks",
         params={"recording": {"device": rec.device, "date": rec.date, "versions": rec.versions}, "remedy_cap": REMEDY_CAP},
@@ -178,12 +202,19 @@ def stacks_report() -> Report:
                 Table("remedies", f"the first input whose gradient through each remedy is exactly 0 (c = {REMEDY_CAP:g}), "
                                   f"beside {BASELINE}'s", remedies,
                       ("path", "scores", "first_zero_grad_input", "eager_first_zero_grad_input", "source"),
-                      wide=("monotone", "reason"), digits=9)),
+                      wide=("monotone", "reason"), digits=9),
+                Table("gates", "the first input whose autograd gradient through torch's sigmoid / softplus is exactly "
+                               "0 (eager CPU), beside the correctly rounded law's", gates,
+                      ("fn", "dtype", "side", "first_zero_grad_input", "law_exact", "agrees_with"),
+                      wide=("law_torch_formula", "monotone", "source"), digits=9)),
         notes=(*(f"{s.name}: {s.computes}" for s in STACKS.values()),
                f"old recipe names: {', '.join(f'{k} = {v[0]} ({SHORT[v[1]]})' for k, v in ALIASES.items())}",
-               f"recording: {rec.provenance}"),
+               f"recording: {rec.provenance}",
+               "gates: torch.sigmoid(x) / torch.nn.functional.softplus(x) differentiated by autograd over every value "
+               "of the format (bisection for float32), upstream ones; law exact: where a correctly rounded σ is "
+               "stored as 1.0 or 0 (softcapgrad knee --fn sigmoid|softplus); compiled: softcapgrad horizon --fn"),
         answer=(f"{len(live)} of {len(rows)} stacks run on this machine and are measured live; the others come from "
                 f"the recording made on {rec.device} on {rec.date} (torch {rec.versions.get('torch', '?')})"
                 + "".join(f"; {', '.join(paths)}: {why}" for why, paths in absent.items()) + ".",
-                _remedy_sentence(remedies)),
+                _remedy_sentence(remedies), _gate_sentence(gates)),
     )

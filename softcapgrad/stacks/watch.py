@@ -6,9 +6,11 @@ first dies at is a measurement of that path, kept here (measured live, or record
 
 from __future__ import annotations
 
+import functools
+
 from softcapgrad.core.checks import InputError
 from softcapgrad.stacks import registry as stacks
-from softcapgrad.training import monitor
+from softcapgrad.training import gatehealth, monitor
 
 
 def first_zero(path: str, scores: str, c: float, fn: str = "tanh"):
@@ -32,3 +34,37 @@ class DeadZoneMonitor(monitor.DeadZoneMonitor):
 
     def __init__(self, keep_inputs: bool = False, first_zero: monitor.FirstZeroLookup = first_zero, **options) -> None:
         super().__init__(keep_inputs, first_zero, **options)
+
+
+def gate_first_zero(fn: str, dtype: str, device: str):
+    """Where autograd's gradient through torch's eager ``fn`` is exactly 0 in ``dtype``: stuck open, stuck shut.
+
+    Measured on this CPU (softcapgrad.stacks.gates, every value of the format); a softmax router's depends on
+    its whole row, and another device's gate stacks are not measured here."""
+    from softcapgrad.training.gatehealth import GateZero
+
+    if fn not in ("sigmoid", "softplus"):
+        return GateZero(None, None, "no single input: a softmax's gradient depends on its whole row")
+    if device != "cpu":
+        return GateZero(None, None, f"not measured: the gate stacks are measured on the CPU, this ran on {device}")
+    return GateZero(*_gate_zero(fn, dtype), "measured: torch eager CPU (softcapgrad horizon --fn " + fn + ")")
+
+
+@functools.cache
+def _gate_zero(fn: str, dtype: str) -> tuple[float | None, float | None]:
+    from softcapgrad.laws import formats
+    from softcapgrad.stacks import gates
+
+    np_dtype = formats.resolve(dtype)
+    ends = []
+    for side in ("+", "−"):
+        switch = gates.first_zero(np_dtype, fn, side)
+        ends.append(None if switch.first_true is None else switch.first_true if side == "+" else -switch.first_true)
+    return ends[0], ends[1]
+
+
+class GateMonitor(gatehealth.GateMonitor):
+    __doc__ = gatehealth.GateMonitor.__doc__
+
+    def __init__(self, first_zero: gatehealth.GateZeroLookup = gate_first_zero, **options) -> None:
+        super().__init__(first_zero, **options)

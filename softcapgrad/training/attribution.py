@@ -8,6 +8,7 @@ frame outside torch (file:line). A forward op that runs while autograd runs a ba
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import weakref
@@ -18,7 +19,7 @@ import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # the monitor's own frames (another monitor's dispatch, the in-graph counter's) are never a call site
-_OWN = {os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py") for name in ("monitor", "attribution")}
+_OWN = {os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py") for name in ("monitor", "attribution", "gatehealth")}
 _CALL = torch.nn.Module._call_impl.__code__
 WRAPPERS = ("OptimizedModule", "DistributedDataParallel")
 
@@ -43,6 +44,19 @@ def no_lookup(path: str, scores: str, c: float, fn: str = "tanh") -> FirstZero:
 
 def path_name(device: str, compiled: bool = False) -> str:
     return f"torch-{'compile' if compiled else 'eager'}-{device}"
+
+
+@contextlib.contextmanager
+def one_step(monitor):
+    """A monitor's ``step()``: the step watched (the monitor entered) when it is one of every ``monitor.every``
+    (the first, then each N-th), else untouched; ``monitor.steps`` counts the steps offered."""
+    watch = monitor.steps % monitor.every == 0
+    monitor.steps += 1
+    if not watch:
+        yield False
+        return
+    with monitor:
+        yield True
 
 
 # --- where an op was called from ---------------------------------------------------------------

@@ -131,14 +131,21 @@ class Patch:
         self.module.__dict__.pop("forward", None)
 
 
-def patch(module: torch.nn.Module, *, keep_fp32: bool = False) -> Patch:
+def patch(module: torch.nn.Module, *, keep_fp32: bool = False, gates: str | None = None):
     """Run every call of ``module`` inside :func:`fp32_tanh_backward`, without touching its source.
+
+    ``gates="tether"``: instead, the model's head gates become anchored TetherGates equal to them at step 0
+    (softcapgrad.training.tether_patch; a :class:`~softcapgrad.training.tether_patch.TetherPatch` back).
 
     ``keep_fp32=True``: only bf16 and fp16 tanh/sigmoid are changed; fp32 ones keep eager's 1 − y².
 
     The instance gets a ``forward`` attribute that wraps its class's ``forward``; hooks, ``state_dict``
     and parameters are unchanged, and ``torch.compile(module)`` traces the mode with the rest.
     """
+    if gates is not None:
+        from softcapgrad.training.tether_patch import patch_gates
+
+        return patch_gates(module, gates)
     if "forward" in module.__dict__:
         raise ValueError(f"{type(module).__name__} already has an instance-level forward (patched twice?)")
     inner = module.forward

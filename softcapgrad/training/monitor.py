@@ -36,7 +36,6 @@ device) when it fell back from a failed trace. A monitor must not change what it
 
 from __future__ import annotations
 
-import contextlib
 import io
 import sys
 import threading
@@ -50,7 +49,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph, ranks
 from softcapgrad.training.attribution import (
-    CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, path_name, recomputing, short_file,
+    CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, one_step, path_name, recomputing,
+    short_file,
 )
 from softcapgrad.training.sited import SiteWatch
 from softcapgrad.training.tally import (
@@ -160,16 +160,9 @@ class DeadZoneMonitor(TorchDispatchMode):
             self._inputs.clear()
             self._scaled = None
 
-    @contextlib.contextmanager
     def step(self):
         """One training step: watched when it is one of every ``every`` (the first, then each N-th), else untouched."""
-        watch = self.steps % self.every == 0
-        self.steps += 1
-        if not watch:
-            yield False
-            return
-        with self:
-            yield True
+        return one_step(self)
 
     def _learn(self, sited: bool, raised: bool) -> None:
         """After a block: watch only its site modules from the next one on, or every op again (a block that

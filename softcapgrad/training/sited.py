@@ -31,8 +31,9 @@ class SiteWatch:
     """Hooks on the site modules and their children that push ``mode`` in a site's own code only."""
 
     def __init__(self, mode: TorchDispatchMode, modules: list[torch.nn.Module],
-                 on_backward: Callable[..., None]) -> None:
+                 on_backward: Callable[..., None], nodes: tuple[str, ...] = BACKWARD_NODES) -> None:
         self.mode = mode
+        self.nodes = nodes  # the autograd nodes (by class-name prefix) whose backward is counted
         self.on_backward = on_backward
         self.open = True
         self._on = False
@@ -74,7 +75,7 @@ class SiteWatch:
     def flush(self) -> None:
         for y, site, x in self._pending:
             node = y.grad_fn
-            if node is not None and type(node).__name__.startswith(BACKWARD_NODES):
+            if node is not None and type(node).__name__.startswith(self.nodes):
                 node.register_hook(functools.partial(self._backward, site, x))
         self._pending.clear()
 

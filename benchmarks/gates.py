@@ -1,0 +1,59 @@
+"""GateMonitor on a watched step of a tiny gated model (lfm3: a bf16 sigmoid output gate per head), eager and
+compiled, against the same step unwatched (target ≤ 1.1×, issue 38)."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+
+from benchmarks.timing import Figure, interleaved
+
+
+def _lfm3(compiled: bool, batch: int = 2, seq: int = 16):
+    import torch
+
+    from softcapgrad.models import audit
+
+    config = audit.model_type_config("lfm3", {})
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = audit.build(audit.Source(config, None, False), config, "eager", torch.bfloat16)
+    model.train()
+    forward = torch.compile(model, dynamic=False) if compiled else model
+    ids = torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
+
+    def step() -> object:
+        forward(input_ids=ids, labels=ids).loss.backward()
+        return model
+
+    return step
+
+
+def gate_monitor() -> list[Figure]:
+    import torch
+
+    from softcapgrad.stacks.watch import GateMonitor
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # per-op cost, not thread contention on a shared machine
+    out = []
+    for compiled in (False, True):
+        step = _lfm3(compiled)
+        monitor = GateMonitor()
+
+        def watched(step=step, monitor=monitor) -> object:
+            with monitor:
+                return step()
+
+        for fn in (step, watched):
+            fn()  # warm-up (and the compilation)
+        monitor.rows()  # the first-zero lookup, once, outside the timing
+        t = interleaved({"plain": step, "watched": watched}, repeat=int(os.environ.get("BENCH_MONITOR_REPEAT", "7")),
+                        clock=time.process_time)
+        kind = "compiled" if compiled else "eager"
+        out += [Figure(f"tiny lfm3 step (bf16, batch 2×16, 1 thread), {kind}, forward+backward", t["plain"]),
+                Figure(f"  the same step inside GateMonitor ({kind})", t["watched"], t["plain"], "<= 1.1x", 1.1)]
+    torch.set_num_threads(threads)
+    return out

@@ -1,0 +1,344 @@
+"""GateMonitor: how open each gate of a model is, step after step, and where its gradient is exactly 0.
+
+softmax-softplus-gates.md §5–6: a sigmoid gate's backward g·σ(1 − σ) is read from the stored output, a
+softplus gate's g·σ(x) from the input, a softmax router's p ⊙ (u − ⟨u, p⟩) from the stored output. A
+``TorchDispatchMode`` sees ``aten.sigmoid``, ``aten.softplus`` and ``aten._softmax`` with their backward
+ops, in the format they really ran in (below autocast). Per gate site and watched step it counts
+
+    closed      elements below 1e-3 of the gate's range (σ and softmax: y < 1e-3; softplus, which has no top:
+                y < 1e-3 of a unit gate)
+    saturated   elements stored as exactly the value the function only approaches (σ, softmax: 0 or 1;
+                softplus: 0)
+    zero_grad   elements whose backward returned exactly 0 under a non-zero upstream gradient
+    mean        the mean gate, summed in float64
+
+A site whose mean falls, or whose closed share rises, window after window (``window`` watched steps each,
+three windows at least), is named ``closing``.
+
+What counts as a gate follows the census (softcapgrad.models.contracts): a sigmoid multiplied by its own
+input (x·σ(αx): QuickGELU and friends) is an activation and is left out; a softmax is a router only when
+its output feeds a top-k (attention's softmax never does). ``first_zero(fn, dtype, device)`` gives each
+row the input from which the site's gradient is exactly 0 with the gate stuck open (σ stored as 1.0) and
+stuck shut; ``softcapgrad.stacks.watch.GateMonitor`` looks them up in the measured gate stacks.
+
+Compiled code is not counted: a gate inside a compiled region runs inside generated kernels the mode
+does not see, and the report says so in one line (``hidden``) instead of showing zeros.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+import weakref
+from dataclasses import asdict
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from softcapgrad.core.report import Report, render_table
+from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, one_step
+from softcapgrad.training.sited import SiteWatch
+from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
+    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, _closed, _saturated, gate_report, no_gate_lookup,
+)
+from softcapgrad.training.tally import _zero_grads
+
+aten = torch.ops.aten
+FORWARD = {aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid", aten.softplus.default: "softplus",
+           aten._softmax.default: "softmax"}
+BACKWARD = {aten.sigmoid_backward.default: "sigmoid", aten.softplus_backward.default: "softplus",
+            aten._softmax_backward_data.default: "softmax"}
+NODES = ("SigmoidBackward", "SoftplusBackward", "SoftmaxBackward")  # their autograd nodes, for a sited step
+CHOOSERS = {aten.topk.default, aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable,
+            aten.max.dim}
+SCALERS = {aten.mul.Tensor, aten.div.Tensor}
+_ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("backward", fn) for op, fn in BACKWARD.items()} \
+    | {id(op): ("choose", "") for op in CHOOSERS} | {id(op): ("mul", "") for op in SCALERS}
+
+
+class GateMonitor(TorchDispatchMode):
+    """Wrap a forward and backward (or ``with monitor.step():`` each training step, one in ``every``);
+    ``rows()`` / ``report()`` / ``table()`` give one row per gate site, as DeadZoneMonitor does for caps.
+
+    ``only=predicate(module, fn)`` keeps the sites it accepts (audit-model passes the census's gate sites).
+    Nothing in the monitored code changes: forward and backward values are bit-identical with and without it."""
+
+    supports_higher_order_operators = True  # flex_attention and friends pass through (no gate runs inside them)
+
+    def __init__(self, first_zero: GateZeroLookup = no_gate_lookup, models: dict[str, torch.nn.Module] | None = None,
+                 every: int = 1, window: int = 1, only: Callable[[str, str], bool] | None = None,
+                 learn: bool = True) -> None:
+        super().__init__()
+        for name, v in (("every", every), ("window", window)):
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise ValueError(f"{name} must be a whole number ≥ 1, got {v!r}")
+        self.first_zero, self.every, self.window, self.only = first_zero, every, window, only
+        self.steps = self.watched = 0
+        self._owners = Owners(models)
+        self._history: dict[GateSite, list[tuple]] = {}
+        self._ranges: dict[GateSite, list[float]] = {}
+        self._block: dict[GateSite, Step] = {}
+        self._by_output: dict[int, GateSite] = {}  # σ / softmax output storage (softplus: input) -> its site
+        self._own_input: dict[int, tuple] = {}  # σ output storage -> (its site, its input storages, the inputs kept
+        # alive until the output's first product, so that no other tensor takes their storage meanwhile)
+        self._scaled: dict[int, int] = {}  # output of a product with a number -> the other factor's storage
+        self._softmax: dict[int, tuple] = {}  # softmax outputs not yet known to feed a top-k: (site, shape, input)
+        self.activations: set[tuple] = set()  # (module, site): x·σ(αx), not gates
+        self.routers: set[GateSite] = set()
+        self._zones: dict[tuple, GateZero] = {}
+        self._compiled = CompiledRegions()
+        self._depth = 0
+        self.held = False  # True: with-blocks add up to one step until end_step() (a Trainer's micro-batches)
+        self.learn = learn
+        self._learnt: list[weakref.ref] | None = None  # the modules whose own code ran every gate (None: not learnt)
+        self._seen: dict[int, weakref.ref] | None = None  # this block's gate modules (None: a gate ran outside one)
+        self._sited: SiteWatch | None = None
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True  # compiled regions run compiled (uncounted, and said so), never traced through the mode
+
+    def __enter__(self):
+        self._depth += 1
+        if self._depth > 1:
+            return self
+        self.watched += not self.held
+        self._compiled.__enter__()
+        self._regions_before, self._seen = self._compiled.entered, {}
+        modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
+        if self._learnt is not None and len(modules) == len(self._learnt):
+            self._sited = SiteWatch(self, modules, self._backward_counted, NODES)
+            return self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth:
+            return None
+        sited, self._sited = self._sited, None
+        try:
+            if sited is not None:
+                sited.close()
+            else:
+                return super().__exit__(*exc)
+        finally:
+            self._compiled.__exit__(*exc)
+            self._learn(sited is not None, raised=exc[0] is not None)
+            if not self.held:
+                self.end_step()
+            self._by_output.clear()
+            self._own_input.clear()
+            self._scaled.clear()
+            self._softmax.clear()
+
+    def _learn(self, sited: bool, raised: bool) -> None:
+        """After a block over every op: watch only its gate modules' own code from the next block on (the
+        backward through the gates' autograd nodes), unless it raised or ran a gate outside a module; a block of
+        compiled code with no eager gate leaves nothing to watch, and eager gates beside compiled code keep the mode
+        over every op (hooks must not sit in code dynamo traces)."""
+        compiled = self._compiled.entered > self._regions_before
+        if sited:
+            if compiled and self._learnt:  # modules hooked, and compiled code ran: hooks must not sit in traced code
+                self._learnt = None
+        elif self.learn and not raised and self._seen is not None and (self._seen if not compiled else not self._seen):
+            self._learnt = list(self._seen.values())  # compiled code and no eager gate: nothing to watch (the
+            # compiled regions are still named in one line)
+        self._seen = None
+
+    @property
+    def sites_only(self) -> bool:
+        """Whether the next watched step watches only the modules where an earlier one found every gate."""
+        return self._learnt is not None
+
+    def end_step(self) -> None:
+        """Close the watched step: its sums become one entry of each site's history."""
+        self.watched += self.held
+        for site, s in self._block.items():
+            if s.count or s.backward:
+                self._history.setdefault(site, []).append(
+                    (s.count, s.closed, s.saturated, s.backward, s.zero, s.total / s.count if s.count else 0.0))
+                r = self._ranges.setdefault(site, [s.low, s.high])
+                r[0], r[1] = min(r[0], s.low), max(r[1], s.high)
+        self._block = {}
+
+    def step(self):
+        """One training step: watched when it is one of every ``every`` (the first, then each N-th)."""
+        return one_step(self)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        role = _ROLE.get(id(func))
+        x = args[0] if role is not None and role[0] == "forward" else None
+        before = (x.data_ptr(), x.clone() if func is aten.sigmoid_.default else x) if x is not None else None
+        out = func(*args, **(kwargs or {}))
+        if role is None:
+            return out
+        kind, fn = role
+        if kind == "forward":
+            self._forward(fn, before[1], out, before[0])
+        elif kind == "backward":
+            self._backward(fn, args, out)
+        elif kind == "choose":
+            self._choose(args[0])
+        else:
+            self._mul(args, out)
+        return out
+
+    # -- recording
+
+    def _site(self, fn: str, x: torch.Tensor) -> tuple[GateSite, torch.nn.Module | None]:
+        inner, outer, where = call_site(sys._getframe(3))
+        model, module = self._owners.owner(inner, outer)
+        return GateSite(model, module, where, fn, str(x.dtype).removeprefix("torch."), x.device.type), inner
+
+    def _saw(self, inner: torch.nn.Module | None) -> None:
+        if self._seen is not None:
+            if inner is None:
+                self._seen = None  # a gate outside any module: only the mode over every op sees it
+            else:
+                self._seen.setdefault(id(inner), weakref.ref(inner))
+
+    def _after(self, site: GateSite, y: torch.Tensor, x: torch.Tensor) -> None:
+        """Pair the backward of the gate whose output is ``y`` with its site: by storage, or (sited) by its node."""
+        if self._sited is not None:
+            self._sited.backward_of(y, site, x)
+        else:
+            self._by_output[x.data_ptr() if site.fn == "softplus" else y.data_ptr()] = site
+
+    def _forward(self, fn: str, x: torch.Tensor, y: torch.Tensor, x_ptr: int) -> None:
+        if torch._C._current_graph_task_id() != -1:  # a forward replayed inside the backward (checkpointing)
+            return
+        site, inner = self._site(fn, x)
+        if (site.module, site.site) in self.activations or (self.only is not None and not self.only(site.module, fn)):
+            return
+        if fn == "softmax":  # a router only once a top-k reads it: counted then
+            if site in self.routers:
+                self._saw(inner)
+                self._count(site, x, y)
+                self._after(site, y, x)
+            else:
+                self._softmax[y.data_ptr()] = (site, tuple(y.shape), x, inner)
+            return
+        self._saw(inner)
+        self._after(site, y, x)
+        if fn == "sigmoid":
+            self._own_input[y.data_ptr()] = (site, {x_ptr, self._scaled.get(x_ptr, x_ptr)}, x)
+        self._count(site, x, y)
+
+    def _count(self, site: GateSite, x: torch.Tensor, y: torch.Tensor) -> None:
+        if y.numel() == 0:
+            return
+        s = self._block.setdefault(site, Step())
+        y = y.detach()
+        s.count += y.numel()
+        s.closed += _closed(y)
+        s.saturated += _saturated(site.fn, y)
+        s.total += torch.sum(y, dtype=torch.float64).item()
+        low, high = (v.item() for v in torch.aminmax(x.detach()))
+        s.low, s.high = min(s.low, low), max(s.high, high)
+
+    def _choose(self, t) -> None:
+        if not isinstance(t, torch.Tensor):
+            return
+        found = self._softmax.pop(t.data_ptr(), None)
+        if found is not None and found[1] == tuple(t.shape):
+            site = found[0]
+            self.routers.add(site)
+            self._saw(found[3])
+            self._count(site, found[2], t)
+            self._after(site, t, found[2])
+
+    def _mul(self, args, out) -> None:
+        a, b = (args + (None,))[:2]
+        if not isinstance(a, torch.Tensor) or not isinstance(out, torch.Tensor):
+            return
+        if torch._C._current_graph_task_id() != -1:
+            return  # the backward's products: an activation is told apart in the forward
+        if not isinstance(b, torch.Tensor) or b.dim() == 0:  # a product with a number: remember its factor
+            self._scaled[out.data_ptr()] = a.data_ptr()
+            return
+        for gate, other in ((a, b), (b, a)):
+            found = self._own_input.pop(gate.data_ptr(), None)  # its first product decides
+            if found is not None and other.data_ptr() in found[1]:  # x·σ(αx): an activation
+                site = found[0]
+                self.activations.add((site.module, site.site))
+                self._block.pop(site, None)
+                self._history.pop(site, None)
+
+    def _backward(self, fn: str, args, grad_input: torch.Tensor) -> None:
+        site = self._by_output.get(args[1].data_ptr())
+        if site is None or (fn == "softmax" and site not in self.routers):
+            return
+        self._backward_counted(site, args[0], grad_input)
+
+    def _backward_counted(self, site: GateSite, grad_output: torch.Tensor, grad_input: torch.Tensor, x=None) -> None:
+        if (site.module, site.site) in self.activations:
+            return
+        s = self._block.setdefault(site, Step())
+        s.backward += grad_input.numel()
+        if site.fn == "softmax":  # not elementwise: a zero upstream element does not give a zero gradient
+            s.zero += int(torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
+        else:
+            s.zero += int(_zero_grads(grad_output, grad_input))
+
+    # -- results
+
+    def hidden(self) -> str | None:
+        n = self._compiled.entered
+        if n:
+            return (f"{n} compiled region{'s' if n != 1 else ''} ran: gates inside compiled code are not counted "
+                    "(GateMonitor counts the gates that run eagerly)")
+        return None
+
+    def _zone(self, fn: str, dtype: str, device: str) -> GateZero:
+        key = (fn, dtype, device)
+        if key not in self._zones:  # measured by autograd: in a thread of its own, which no active mode watches
+            found: list = []
+            worker = threading.Thread(target=lambda: found.append(self.first_zero(fn, dtype, device)))
+            worker.start()
+            worker.join()
+            self._zones[key] = found[0] if found else GateZero(None, None, "the lookup failed")
+        return self._zones[key]
+
+    def trend(self, history: list[tuple]) -> str:
+        """closing: the mean falls, or the closed share rises, from each window of ``window`` steps to the next."""
+        windows = [history[i:i + self.window] for i in range(0, len(history) - len(history) % self.window, self.window)]
+        if len(windows) < WINDOWS:
+            return "—"
+        means, closed = [], []
+        for w in windows:
+            count = sum(h[0] for h in w)
+            means.append(sum(h[0] * h[5] for h in w) / count if count else 0.0)
+            closed.append(sum(h[1] for h in w) / count if count else 0.0)
+        falls = all(b < a for a, b in zip(means, means[1:]))
+        rises = all(b > a for a, b in zip(closed, closed[1:]))
+        return "closing" if falls or rises else "steady"
+
+    def rows(self) -> list[GateRow]:
+        rows = []
+        for site, history in self._history.items():
+            count, closed, saturated, backward, zero = (sum(h[i] for h in history) for i in range(5))
+            mean = sum(h[0] * h[5] for h in history) / count if count else 0.0
+            zone = self._zone(site.fn, site.dtype, site.device)
+            qualifier = self._owners.qualifier(site.model)
+            low, high = self._ranges[site]
+            rows.append(GateRow(
+                module=f"{qualifier}/{site.module}" if qualifier else site.module, site=site.site, fn=site.fn,
+                dtype=site.dtype, steps=len(history), count=count, closed_share=closed / count if count else 0.0,
+                saturated_share=saturated / count if count else 0.0,
+                zero_grad_share=zero / backward if backward else None, mean_gate=mean, trend=self.trend(history),
+                stuck_open_from=zone.open_from, stuck_shut_from=zone.shut_from, min_input=low, max_input=high,
+                source=zone.source, per_step=tuple(history)))
+        return rows
+
+    def report(self) -> Report:
+        return gate_report([asdict(r) for r in self.rows()], self.hidden(), {"steps_watched": self.watched,
+                                                                             "window": self.window})
+
+    def table(self, width: int = 100, wide: bool = False) -> str:
+        from rich.console import Console
+
+        buffer = io.StringIO()
+        render_table(self.report(), Console(file=buffer, width=width), wide=wide)
+        return buffer.getvalue()

@@ -1,0 +1,136 @@
+"""What GateMonitor keeps and shows: the site key, one step's sums, the row, and the report from the rows.
+
+Closed is below 1e-3 of the gate's range (σ and softmax: y < 1e-3; softplus, which has no top: y < 1e-3);
+saturated is stored as exactly the value the function only approaches (σ, softmax: 0 or 1; softplus: 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from softcapgrad.core.report import Report, Table
+from softcapgrad.training.tally import _nonzero, _stuck
+
+CLOSED = 1e-3  # of the gate's range
+WINDOWS = 3  # windows a trend needs before a site is named closing
+
+
+@dataclass(frozen=True)
+class GateZero:
+    """Where a gate's autograd gradient is exactly 0 in one format: stuck open, stuck shut (None: never)."""
+
+    open_from: float | None
+    shut_from: float | None
+    source: str
+
+
+GateZeroLookup = Callable[[str, str, str], GateZero]  # (fn, dtype, device)
+
+
+def no_gate_lookup(fn: str, dtype: str, device: str) -> GateZero:
+    return GateZero(None, None, "not looked up")
+
+
+@dataclass(frozen=True)
+class GateSite:
+    model: int
+    module: str
+    site: str
+    fn: str  # sigmoid | softplus | softmax
+    dtype: str
+    device: str
+
+
+@dataclass(frozen=True)
+class GateRow:
+    module: str
+    site: str
+    fn: str
+    dtype: str
+    steps: int  # watched steps the site ran in
+    count: int  # elements through the forward, over the watched steps
+    closed_share: float
+    saturated_share: float
+    zero_grad_share: float | None  # of the backward's elements (None: no backward seen)
+    mean_gate: float
+    trend: str  # closing | steady | "—" (fewer than WINDOWS windows)
+    stuck_open_from: float | None  # the input from which the gradient is exactly 0, the gate stuck open
+    stuck_shut_from: float | None
+    min_input: float
+    max_input: float
+    source: str
+    per_step: tuple  # per watched step: (count, closed, saturated, backward count, zero_grad, mean)
+
+
+class Step:
+    """One site's sums in one watched step (numbers: every count here is read on the CPU, or once per op)."""
+
+    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "low", "high")
+
+    def __init__(self) -> None:
+        self.count = self.closed = self.saturated = self.backward = self.zero = 0
+        self.total = 0.0
+        self.low, self.high = float("inf"), float("-inf")
+
+
+def _closed(y: torch.Tensor) -> int:
+    low = torch.amin(y).item() if y.device.type == "cpu" else None
+    if low is not None and low >= CLOSED:
+        return 0
+    return int(torch.count_nonzero(y < CLOSED))
+
+
+def _saturated(fn: str, y: torch.Tensor) -> int:
+    if fn == "softplus":
+        return y.numel() - int(_nonzero(y))
+    return int(_stuck("sigmoid", y))  # σ and softmax: y·(1 − y) is 0 exactly where y is 0 or 1
+
+
+def _share(rows: list[dict], key: str) -> str:
+    return f"{max(r[key] or 0.0 for r in rows):.3g}"
+
+
+GATE_COLUMNS = ("module", "fn", "dtype", "closed_share", "saturated_share", "zero_grad_share", "mean_gate",
+                "trend")
+GATE_WIDE = ("site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input", "max_input", "source")
+GATE_NOTES = (
+    f"closed: share below {CLOSED:g} of the gate's range (softplus: below {CLOSED:g}); saturated: stored as exactly "
+    "0 or 1 (softplus: 0); zero grad: share of the backward's elements exactly 0 where the upstream gradient was "
+    "not; mean: the mean gate (float64 sum); all over the watched steps, per step in the JSON (per_step: count, "
+    "closed, saturated, backward count, zero grad, mean)",
+    f"trend: closing when the mean falls, or the closed share rises, from each window of watched steps to the next "
+    f"({WINDOWS} windows at least; — before that); stuck open from: the input from which autograd's gradient is "
+    "exactly 0 with the gate open (σ stored as 1.0; a softplus gate's never dies open)",
+)
+
+
+def gate_sentences(rows: list[dict], hidden: str | None) -> tuple[str, ...]:
+    if not rows:
+        return ("No gate ran: the model has no sigmoid or softplus gate and no softmax router that ran eagerly"
+                + (f" ({hidden})." if hidden else "."),)
+    closing = [r["module"] for r in rows if r["trend"] == "closing"]
+    low = sorted({r["dtype"] for r in rows if r["dtype"] in ("bfloat16", "float16")})
+    out = [f"{len(rows)} gate site{'s' if len(rows) != 1 else ''} ran ({', '.join(sorted({r['fn'] for r in rows}))}"
+           + (f"; {sum(r['dtype'] in low for r in rows)} in {'/'.join(low)}" if low else "") + "): at most "
+           f"{_share(rows, 'closed_share')} of a site's elements were closed, {_share(rows, 'saturated_share')} "
+           f"stored saturated and {_share(rows, 'zero_grad_share')} got an exactly-zero gradient.",
+           (f"Closing, window after window: {', '.join(closing[:3])}{', …' if len(closing) > 3 else ''}." if closing
+            else "No site is closing.")]
+    if hidden:
+        out.append(hidden[0].upper() + hidden[1:] + ".")
+    return tuple(out)
+
+
+def gate_table(rows: list[dict], key: str = "gate_rows") -> Table:
+    return Table(key, "gate health per site: closed, saturated, zero gradient, mean gate, trend", rows or
+                 [{"module": "(no gate ran)", "fn": "", "dtype": "", "closed_share": None,
+                   "saturated_share": None, "zero_grad_share": None, "mean_gate": None, "trend": ""}],
+                 GATE_COLUMNS, wide=GATE_WIDE if rows else ())
+
+
+def gate_report(rows: list[dict], hidden: str | None, params: dict) -> Report:
+    return Report(command="monitor", params=params, tables=(gate_table(rows, "rows"),), notes=GATE_NOTES,
+                  answer=gate_sentences(rows, hidden))

@@ -1,0 +1,325 @@
+"""GateMonitor against a brute force on three real model types with different gates.
+
+The brute force wraps the functions the modeling code calls (``torch.sigmoid``, ``F.softplus``,
+``F.softmax``): each call's output is copied, and tensor hooks catch the upstream gradient (on the
+output) and the gate's own backward (on a view of the input that only the gate reads). Counted in
+float64 from those copies, per module: elements, closed (< 1e-3), saturated (σ, softmax: 0 or 1;
+softplus: 0), exactly-zero gradients under a non-zero upstream, the mean. The monitor must give the
+same counts exactly (they are counts of the same tensors) and the same mean up to float64 summation
+order (n values of at most 1: n·2⁻⁵² relative).
+
+The gate weights are scaled up so that every kind of count is non-zero: lfm3's sigmoid output gate in
+bfloat16 (and under bf16 autocast from a float32 model), laguna's softplus head gate (float32, as its
+code computes it) and sigmoid router, mixtral's softmax router (float32).
+"""
+
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from softcapgrad.models import audit  # noqa: E402
+from softcapgrad.stacks.watch import GateMonitor, gate_first_zero  # noqa: E402
+from softcapgrad.training import gatehealth  # noqa: E402
+
+F = torch.nn.functional
+SCALED = {"lfm3": ("g_proj", 200.0), "laguna": ("g_proj", 3000.0), "mixtral": ("mlp.gate", 3000.0)}
+GATES = {"lfm3": {"sigmoid"}, "laguna": {"softplus", "sigmoid"}, "mixtral": {"softmax"}}
+
+
+def tiny(model_type: str, dtype=torch.bfloat16):
+    config = audit.model_type_config(model_type, {})
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = audit.build(audit.Source(config, None, False), config, "eager", dtype)
+    name, factor = SCALED[model_type]
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if f"{name}.weight" in n:
+                p.mul_(factor)
+    model.train()
+    return model
+
+
+class BruteForce:
+    """Every call of the wrapped gate functions, with the module it ran in, its output, upstream and own gradient."""
+
+    def __init__(self, model, monkeypatch):
+        self.records: list[dict] = []
+        self.stack: list[str] = []
+        for name, m in model.named_modules():
+            m.register_forward_pre_hook(lambda mod, args, name=name: self.stack.append(name))
+            m.register_forward_hook(self._leave)
+        for owner, attr, fn in ((torch, "sigmoid", "sigmoid"), (F, "softplus", "softplus"), (F, "softmax", "softmax")):
+            monkeypatch.setattr(owner, attr, self._wrap(getattr(owner, attr), fn))
+
+    def _leave(self, module, args, out) -> None:  # None: a forward hook's result would replace the output
+        self.stack.pop()
+
+    def _wrap(self, original, fn):
+        def gate(x, *args, **kwargs):
+            xi = x.view_as(x) if x.requires_grad else x  # read by the gate only: its gradient is the gate's backward
+            y = original(xi, *args, **kwargs)
+            record = {"module": self.stack[-1] if self.stack else "", "fn": fn, "y": y.detach().clone()}
+            if y.requires_grad:
+                y.register_hook(lambda g: record.__setitem__("up", g.detach().clone()))
+                xi.register_hook(lambda g: record.__setitem__("gx", g.detach().clone()))
+            self.records.append(record)
+            return y
+        return gate
+
+    def counts(self, routers_in: str = "mlp") -> dict:
+        """(module, fn) -> [count, closed, saturated, backward count, zero grad, sum]; softmax only in routers."""
+        out: dict = {}
+        for r in self.records:
+            if r["fn"] == "softmax" and routers_in not in r["module"]:
+                continue  # attention's softmax: not a gate
+            y = r["y"].double()
+            saturated = (y == 0) if r["fn"] == "softplus" else (y == 0) | (y == 1)
+            c = out.setdefault((r["module"], r["fn"]), [0, 0, 0, 0, 0, 0.0])
+            c[0] += y.numel()
+            c[1] += int((y < 1e-3).sum())
+            c[2] += int(saturated.sum())
+            c[5] += float(y.sum())
+            if "gx" in r:
+                c[3] += r["gx"].numel()
+                c[4] += int(((r["gx"] == 0) & (r["up"] != 0)).sum())
+        return out
+
+
+def _step(model, autocast: bool = False):
+    ids = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+
+
+def _check(monitor, brute, fns: set[str], dtypes: set[str]):
+    expected = brute.counts()
+    rows = {(r.module, r.fn): r for r in monitor.rows()}
+    assert set(rows) == set(expected)
+    assert {fn for _, fn in rows} == fns
+    assert {r.dtype for r in rows.values()} == dtypes
+    totals = [0, 0, 0, 0]
+    for key, (count, closed, saturated, backward, zero, total) in expected.items():
+        r = rows[key]
+        assert r.count == count
+        assert r.closed_share * count == pytest.approx(closed, abs=1e-6)
+        assert r.saturated_share * count == pytest.approx(saturated, abs=1e-6)
+        assert r.zero_grad_share * backward == pytest.approx(zero, abs=1e-6)
+        assert r.mean_gate == pytest.approx(total / count, rel=count * 2.0**-52, abs=0)
+        totals = [a + b for a, b in zip(totals, (closed, saturated, zero, count - closed))]
+    assert all(totals), f"every kind of count should be non-zero here: {totals}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type,dtypes", [("lfm3", {"bfloat16"}), ("laguna", {"float32"}),
+                                               ("mixtral", {"float32"})])
+def test_monitor_matches_the_brute_force_eager(model_type, dtypes, monkeypatch):
+    model = tiny(model_type)
+    brute = BruteForce(model, monkeypatch)
+    monitor = GateMonitor()
+    with monitor:
+        _step(model)
+    _check(monitor, brute, GATES[model_type], dtypes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["lfm3", "laguna", "mixtral"])
+def test_later_steps_watch_only_the_gate_modules_with_the_same_counts(model_type):
+    """After the first watched step the mode is on only in the gate modules' own code and the backward is counted
+    through the gates' autograd nodes: the same weights and batch give the same counts, step after step."""
+    model = tiny(model_type)
+    monitor = GateMonitor()
+    for _ in range(3):
+        with monitor.step():
+            _step(model)
+        assert monitor.sites_only
+    rows = monitor.rows()
+    assert rows and all(len(set(r.per_step)) == 1 and r.steps == 3 for r in rows)
+    assert any(r.zero_grad_share for r in rows)  # the sited backward counted zeros, as the full mode did
+
+
+@pytest.mark.slow
+def test_monitor_matches_the_brute_force_under_autocast(monkeypatch):
+    """A float32 lfm3 under bf16 autocast: g_proj runs in bf16, and so does its sigmoid, as the monitor records."""
+    model = tiny("lfm3", torch.float32)
+    brute = BruteForce(model, monkeypatch)
+    monitor = GateMonitor()
+    with monitor:
+        _step(model, autocast=True)
+    _check(monitor, brute, {"sigmoid"}, {"bfloat16"})
+
+
+def test_stuck_open_is_the_measured_first_zero_of_the_format():
+    """A bf16 sigmoid gate is stuck open (σ stored as 1.0, gradient exactly 0) from the measured first zero on."""
+    zone = gate_first_zero("sigmoid", "bfloat16", "cpu")
+    x = torch.tensor([zone.open_from], dtype=torch.bfloat16)
+    below = torch.nextafter(x.float(), torch.tensor(0.0)).bfloat16()
+    below = below if below != x else x - 2.0**-5
+    for value, dead in ((x, True), (below, False)):
+        v = value.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(torch.sigmoid(v), v, torch.ones_like(v))
+        assert (g.item() == 0.0) is dead
+    assert gate_first_zero("softplus", "float32", "cpu").open_from is None  # σ → 1: a softplus never dies open
+
+
+class Gated(torch.nn.Module):
+    def __init__(self, kind: str = "gate", bias: float = 0.0):
+        super().__init__()
+        self.g = torch.nn.Linear(8, 8)
+        self.kind = kind
+        with torch.no_grad():
+            self.g.bias.fill_(bias)
+
+    def forward(self, x):
+        if self.kind == "activation":
+            return x * torch.sigmoid(1.702 * x)  # QuickGELU: not a gate
+        return x * torch.sigmoid(self.g(x))
+
+
+def test_an_activation_is_not_a_gate_and_no_gate_is_a_row_that_says_so():
+    model = Gated("activation")
+    monitor = GateMonitor()
+    with monitor:
+        model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    assert monitor.rows() == []
+    report = monitor.report()
+    assert report.tables[0].rows[0]["module"] == "(no gate ran)"
+    assert report.answer[0].startswith("No gate ran")
+
+
+def test_rows_asked_inside_the_block_do_not_count_the_lookup():
+    """The stuck-open lookup differentiates torch.sigmoid over a format's values: never through the active mode."""
+    model = Gated()
+    monitor = GateMonitor(learn=False)  # the mode over every op, in the second block too
+    with monitor:
+        model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    with monitor:
+        (inside,) = monitor.rows()  # the first lookup, while the second block watches
+        model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    (row,) = monitor.rows()
+    assert [step[0] for step in row.per_step] == [32, 32]
+    assert inside.stuck_open_from == row.stuck_open_from == gate_first_zero("sigmoid", "float32", "cpu").open_from
+
+
+def test_only_keeps_the_sites_it_accepts():
+    model = Gated()
+    kept, dropped = GateMonitor(only=lambda module, fn: fn == "sigmoid"), GateMonitor(only=lambda module, fn: False)
+    for monitor in (kept, dropped):
+        with monitor:
+            model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    assert [r.fn for r in kept.rows()] == ["sigmoid"] and dropped.rows() == []
+
+
+def test_a_gate_pushed_shut_step_after_step_is_closing():
+    model = Gated()
+    monitor = GateMonitor(window=2)
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))
+    for step in range(6):
+        with torch.no_grad():
+            model.g.bias.fill_(-2.0 * (step // 2))  # one push per window of two steps
+        with monitor.step():
+            model(x).sum().backward()
+    (row,) = monitor.rows()
+    assert row.trend == "closing" and row.steps == 6 and len(row.per_step) == 6
+    steady = GateMonitor()
+    for _ in range(3):
+        with steady:
+            model(x).sum().backward()
+    assert steady.rows()[0].trend == "steady"
+    assert GateMonitor(window=4).trend(list(row.per_step)) == "—"  # one window and a half: too few to tell
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")
+def test_compiled_gates_are_named_in_one_line_not_shown_as_zero():
+    model = Gated()
+    compiled = torch.compile(model)
+    x = torch.randn(4, 8)
+    compiled(x).sum().backward()  # compiled before the monitor: its gates run inside generated kernels
+    monitor = GateMonitor()
+    for _ in range(2):  # the second watches nothing at all (no eager gate ran), and still says what it cannot see
+        with monitor:
+            compiled(x).sum().backward()
+    assert monitor.rows() == [] and monitor.sites_only
+    assert monitor.hidden().startswith("2 compiled regions ran")
+    assert len(monitor.report().answer) <= 3 and "compiled" in monitor.report().answer[0]
+
+
+def test_bad_options_are_one_line():
+    for bad in ({"every": 0}, {"window": 0}, {"window": 1.5}):
+        with pytest.raises(ValueError, match="whole number"):
+            gatehealth.GateMonitor(**bad)
+
+
+def _audit(model_type: str):
+    src = audit.source(None, model_type, [])
+    return audit.audit_model(src, ["eager"], audit.random_ids(src.config, 2, 8, 0), "bfloat16", None, 0, 1.0, "cpu",
+                             {"model": model_type, "set": [], "inputs": None})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type,expected", [
+    ("lfm3", {("model.layers.*.self_attn", "sigmoid", "bfloat16")}),
+    ("laguna", {("model.layers.*.self_attn", "softplus", "float32"), ("model.layers.*.mlp.gate", "sigmoid", "float32")}),
+])
+def test_audit_model_has_a_gate_table_after_the_cap_table(model_type, expected):
+    """Every census gate site of the type, in the format it runs in, with that format's measured stuck-open input."""
+    report = _audit(model_type)
+    keys = [t.key for t in report.tables]
+    assert keys.index("gate_health") == keys.index("config") + 1
+    rows = next(t.rows for t in report.tables if t.key == "gate_health")
+    contracts = next(t.rows for t in report.tables if t.key == "gates")
+    assert {(r["module"], r["fn"], r["dtype"]) for r in rows} == expected
+    assert {(r["module"], r["fn"]) for r in rows} <= {(c["module"], c["fn"]) for c in contracts if c["kind"] == "gate"}
+    for r in rows:
+        assert r["stuck_open_from"] == gate_first_zero(r["fn"], r["dtype"], "cpu").open_from
+        assert 0 < r["mean_gate"] and r["count"] > 0
+    assert len(report.answer) <= 3 and "gate health" in report.answer[-1]
+
+
+@pytest.mark.slow
+def test_audit_model_of_a_model_without_gates_has_a_row_that_says_so():
+    report = _audit("llama")
+    (row,) = next(t.rows for t in report.tables if t.key == "gate_health")
+    assert row["module"] == "(no gate ran)"
+
+
+@pytest.mark.slow
+def test_trainer_callback_logs_gate_health_of_each_watched_step(tmp_path):
+    """Every other optimizer step, two micro-batches each (gradient accumulation): one watched step per optimizer
+    step in the monitor's history, and its figures in the Trainer's log."""
+    pytest.importorskip("accelerate")
+    from transformers import Trainer, TrainingArguments
+
+    from softcapgrad.integrations.trainer import DeadZoneCallback
+
+    model = tiny("lfm3", torch.float32)
+    rows = torch.randint(0, 256, (16, 12), generator=torch.Generator().manual_seed(2))
+    callback = DeadZoneCallback(every=2, gates=True)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, logging_steps=1, learning_rate=1e-2, report_to="none",
+                             save_strategy="no", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=[{"input_ids": r, "labels": r} for r in rows],
+                      callbacks=[callback])
+    trainer.train()
+    monitor = callback.gates
+    assert monitor.watched == 2
+    sites = monitor.rows()
+    assert {r.module for r in sites} == {"model.layers.1.self_attn", "model.layers.2.self_attn"}
+    for r in sites:
+        assert len(r.per_step) == 2 and r.per_step[0][0] == 2 * 2 * 12 * model.config.num_attention_heads
+    logged = [(h["step"], h) for h in trainer.state.log_history if any(k.startswith("gates/") for k in h)]
+    assert [step for step, _ in logged] == [1, 3]
+    last = logged[-1][1]
+    for r in sites:
+        count, closed, _, backward, zero, mean = r.per_step[-1]
+        assert last[f"gates/{r.module}/sigmoid/mean"] == mean
+        assert last[f"gates/{r.module}/sigmoid/closed"] == closed / count
+    assert last["gates/closing"] == 0.0
+
