@@ -1,7 +1,8 @@
 """softcapgrad: numerical investigations of tanh soft-capping, softplus gates and TetherGate.
 
 ``softcapgrad.softcap`` and ``softcapgrad.SoftCap`` (the dead-zone-free soft-cap), ``DeadZoneMonitor``
-(every tanh and sigmoid of a step, and where its gradient is exactly 0) and ``DeadZoneCallback`` (the
+(every tanh and sigmoid of a step, and where its gradient is exactly 0), ``GateMonitor`` (how open each
+gate is, step after step) and ``DeadZoneCallback`` (the
 same in a transformers Trainer, one step in N, logged with the loss), and ``fp32_tanh_backward`` /
 ``patch`` (their derivative from the input in fp32, in someone else's model) are loaded on first use,
 so that importing the package does not import torch.
@@ -15,10 +16,10 @@ demonstrations) < ``models`` (real models and files) < ``ledger`` (the claims an
 
 __version__ = "0.1.0"
 
-__all__ = ["DeadZoneCallback", "DeadZoneMonitor", "SoftCap", "fp32_tanh_backward", "patch", "softcap", "__version__"]
+__all__ = ["DeadZoneCallback", "DeadZoneMonitor", "GateMonitor", "SoftCap", "fp32_tanh_backward", "patch", "softcap", "__version__"]
 
 _LAZY = {"DeadZoneCallback": "integrations.trainer",
-         "softcap": "training.remedy", "SoftCap": "training.remedy", "DeadZoneMonitor": "stacks.watch",
+         "softcap": "training.remedy", "SoftCap": "training.remedy", "DeadZoneMonitor": "stacks.watch", "GateMonitor": "stacks.watch",
          "fp32_tanh_backward": "training.fp32grad", "patch": "training.fp32grad"}
 
 

@@ -14,6 +14,8 @@ from softcapgrad.cli.limits import Bound, path_given
 FILES = ("experiment.json", "experiment.md", "figures/experiment.png")
 MAX_DEPTH = 1e28  # a largest pre-cap logit near 1e30, past which scaled weights and their products overflow fp32 and bf16
 LONG_S = 60  # a run estimated longer says so on stderr before it starts
+Force = Annotated[bool, typer.Option("--force", help="Let a --quick or partial run replace the full run's results "
+                                                    "in --out.")]
 BUDGET = (f"at most {BUDGET_STEPS:,} training steps in all (seeds × arms × depths × steps), about "
           f"{BUDGET_STEPS * STEP_SECONDS / 3600:.0f} h here")
 
@@ -76,8 +78,7 @@ def experiment(
     out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>", help="Folder for experiment.json, experiment.md and "
                                                      "figures/experiment.png (default results; 'none' writes "
                                                      "nothing).")] = Path("results"),
-    force: Annotated[bool, typer.Option("--force", help="Let a --quick or partial run replace the full run's "
-                                                        "results in --out.")] = False,
+    force: Force = False,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -144,3 +145,91 @@ def experiment(
 def _cpu(resource) -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+TETHER_FILES = ("tether-experiment.json", "tether-experiment.md", "figures/tether-experiment.png")
+TETHER_BUDGET = f"at most {BUDGET_STEPS:,} training steps in all (seeds × arms × steps)"
+
+
+def tether_experiment(
+    quick: Annotated[bool, typer.Option("--quick", help="The same design with 2 seeds and fewer steps (under a "
+                                                        "minute).")] = False,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", callback=Bound(1, 10_000, TETHER_BUDGET),
+                                                 help="Number of seeds, 1 to 10,000 (seeds 0 to N − 1; default 24, "
+                                                      f"--quick 2); {TETHER_BUDGET}.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", callback=Bound(1, 1_000_000, TETHER_BUDGET),
+                                                 help="Most steps after the switch, 1 to 1,000,000 (default 200, "
+                                                      f"--quick 60); {TETHER_BUDGET}.")] = None,
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
+                                                help="Folder for tether-experiment.json, .md and "
+                                                     "figures/tether-experiment.png (default results; 'none' writes "
+                                                     "nothing).")] = Path("results"),
+    force: Force = False,
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """Does the TetherGate patch keep a model's gates open while its branch is useless, and recover sooner after?"""
+
+    def build() -> Report:
+        import importlib.util
+
+        from softcapgrad.experiments.tether_design import DESIGN, QUICK, STEP_SECONDS as STEP_S, within_budget
+
+        design = QUICK if quick else DESIGN
+        if seeds is not None:
+            design = design.with_(seeds=tuple(range(seeds)))
+        if steps is not None:
+            design = design.with_(steps_b=steps)
+        most, seconds = within_budget(design, "--seeds × --steps")
+        if importlib.util.find_spec("transformers") is None:
+            raise InputError("tether-experiment needs transformers: pip install 'softcapgrad[hf]'")
+        from softcapgrad.core.files import check_targets, replace_all, writable_folder
+
+        target = None if out is not None and str(out).lower() == "none" else out
+        if target is not None:
+            writable_folder(target, "--out")
+            check_targets([target / f for f in TETHER_FILES], "--out")
+            if design != DESIGN and not force and _tether_full(target):
+                raise InputError(f"--out {target} holds the full run's results; a --quick or partial run does not "
+                                 "replace them: pass --force, or another --out")
+        import json
+        import resource
+
+        from softcapgrad.experiments import tether_report as report
+
+        if seconds >= LONG_S:
+            typer.echo(f"{PROG}: tether-experiment: at most {most:,} training steps, about {seconds / 60:.0f} min "
+                       f"here ({STEP_S * 1000:g} ms a step)", err=True)
+        wall, cpu = time.perf_counter(), _cpu(resource)
+        runs = report.measure(design)
+        if not report.finite(runs):
+            raise InputError("a loss became NaN or infinite: no verdict is given from it")
+        res = report.results(runs, design)
+        wall, cpu = time.perf_counter() - wall, _cpu(resource) - cpu
+        note = [f"the run took {wall:.0f} s wall and {cpu:.0f} s CPU"]
+        if target is not None:
+            files = result_set(target, {"tether-experiment.json": json.dumps(res, indent=1, sort_keys=True) + "\n",
+                                        "tether-experiment.md": report.markdown(res, design)},
+                               "figures/tether-experiment.png", lambda: report.figure(res))
+            if target / "figures" / "tether-experiment.png" not in files:
+                note.append("matplotlib is not installed: no figure drawn")
+            note.append("written: " + ", ".join(str(p) for p in replace_all(files, target)))
+        else:
+            note.append("nothing written (--out none)")
+        return report.tether_report(res, tuple(note))
+
+    emit(build, json_out, wide, command="tether-experiment")
+
+
+def _tether_full(target: Path) -> bool:
+    """Whether ``target`` holds a full default tether-experiment run."""
+    import json
+
+    from softcapgrad.experiments.tether_design import DESIGN
+
+    try:
+        res = json.loads((target / "tether-experiment.json").read_text())
+        return res["quick"] is False and tuple(res["design"]["seeds"]) == DESIGN.seeds and \
+            res["design"]["steps_b"] == DESIGN.steps_b
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

@@ -87,6 +87,9 @@ def audit_model(
                                                         "range)", lo_open=True),
         help="Multiply the output embedding's logits by K > 0: a confident model.")] = 1.0,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    patch: Annotated[Optional[str], typer.Option("--patch", help="tether: patch TetherGate in at the head gates "
+                                                                 "(eager) and check step 0 bit for bit, instead of "
+                                                                 "the caps' audit.")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -104,6 +107,9 @@ def audit_model(
         from softcapgrad.models.inputs import logits_fit, tokens_fit
         from softcapgrad.laws import formats
 
+        if patch is not None:
+            choice("--patch", patch, ("tether",))
+            not_with({"--attn": attn, "--plot": plot}, "with --patch: the patch is checked eagerly, in one table")
         implementations = pick("--attn", attn, audit.IMPLEMENTATIONS)
         params_format = formats.resolve(dtype).name
         if params_format not in audit.FORMATS:
@@ -135,6 +141,11 @@ def audit_model(
             tokens_fit(*ids.shape, f"--inputs {inputs}")
             logits_fit(src.config, ids.numel(), f"--inputs {inputs}")
             audit.check_ids(ids, src.config, f"--inputs {inputs}")
+        if patch is not None:
+            from softcapgrad.models.tether_audit import patch_report
+
+            return patch_report(src, ids, params_format, low, s, k, device_name,
+                                {"model": str(directory) if directory else model_type, "set": set_ or []})
         return audit.audit_model(src, implementations, ids, params_format, low, s, k, device_name,
                                  {"model": str(directory) if directory else model_type, "set": set_ or [],
                                   "inputs": str(inputs) if inputs else None})

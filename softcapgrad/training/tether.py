@@ -118,6 +118,10 @@ class TetherGate(nn.Module):
         blended = self.ema_decay * ema + (1.0 - self.ema_decay) * mean
         torch.where(ema != ema, mean, blended, out=ema)
 
+    def anchor_shift(self, g_target: float) -> float:
+        """The link's inverse at g_target: θ* = EMA(s) − anchor_shift/β (logit for this sigmoid gate)."""
+        return math.log(g_target / (1.0 - g_target))
+
 
 def _chunked(s: torch.Tensor, theta: torch.Tensor, floor: torch.Tensor) -> bool:
     """The chunked CPU path: fp32 throughout, a detached signal, not while torch.compile traces and
@@ -210,7 +214,7 @@ def anchor_targets(gate: TetherGate, g_target: float, anchor: str) -> torch.Tens
 def _targets(ema: torch.Tensor, gate: TetherGate, g_target: float, anchor: str,
              valid: torch.Tensor | None) -> torch.Tensor:
     """θ* per gate, or the global one as a single value (it broadcasts); ``valid``: the gates with an EMA."""
-    local = ema - math.log(g_target / (1.0 - g_target)) / gate.beta
+    local = ema - gate.anchor_shift(g_target) / gate.beta
     if anchor == "local":
         return local
     if valid is None:
