@@ -26,6 +26,7 @@ WINDOW = 8  # the tiny configs' sliding window: shorter than the default 16 toke
 
 LABELS = {  # label -> (model type, caps set); where the attention cap is applied is the modeling code's own
     "gemma2": ("gemma2", ("final", "attention")),
+    "gemma2+qpas": ("gemma2", ("final", "attention")),
     "gemma3_text": ("gemma3_text", ("final",)),
     "gemma3_text+attention": ("gemma3_text", ("final", "attention")),
     "vaultgemma": ("vaultgemma", ("final", "attention")),
@@ -40,6 +41,8 @@ LABELS = {  # label -> (model type, caps set); where the attention cap is applie
     "inkling2_loop_text": ("inkling2_loop_text", ("final",)),
 }
 NOTES = {  # label -> what its rows leave out, a sentence of the results
+    "gemma2+qpas": "Its query_pre_attn_scalar is twice its head_dim: an engine that scales the scores by "
+                   "head_dim**-0.5 instead computes other attention",
     "xlstm": "Its gate cap (gate_soft_cap, inside the mLSTM gates) stays on in every variant: only the final cap "
              "is judged",
     "inkling2_text": "Its MLP caps (mlp_gate_softcap, mlp_up_softcap) stay on in every variant: only the final cap "
@@ -111,9 +114,21 @@ def off_value(config, cap: str):
     return None
 
 
+QPAS = {"gemma2+qpas": 64}  # label -> query_pre_attn_scalar where it is not the head size (32)
+# The weights' spread: the width's inverse square root (64 ** -0.5), not the classes' 0.02, under which a tiny model's
+# sublayers return outputs whose mean square is a few times the norms' epsilon (engines/conditioning.py measures it)
+INIT_RANGE = 0.125
+OPENED = {  # model type -> parameter name suffix -> the value set after building: paths the class's init closes
+    "gemma3n_text": {"altup.correct_output_scale": 1.0},  # 0: the per-layer input path's norm sees exact zeros
+    "xlstm": {"igate_preact.bias": 2.0},  # -10: the input gate passes e^-10, its multi-head norm sees 6e-7 ε; 0: 25 ε
+}
+SOFT_QUERIES = 0.5  # queries' gain where no attention cap is bound: with q/k-normed scores at full gain the softmax is
+# sharp enough that fp32 rounding reaches the whole-model tolerance (Gemma 4; conditioning.py's fp64 comparison)
+
+
 def tiny_sets(label: str) -> list[str]:
-    """The --set fields of the tiny model parity builds for ``label``: its caps, a short sliding window, and
-    the query scale the engines derive from the head size."""
+    """The --set fields of the tiny model parity builds for ``label``: its caps, a short sliding window, the
+    query scale the engines derive from the head size (another where the label says), and the weights' spread."""
     from transformers import CONFIG_MAPPING
 
     from softcapgrad.models.tiny import HEAD_DIM
@@ -121,7 +136,8 @@ def tiny_sets(label: str) -> list[str]:
     kind, caps = LABELS[label]
     defaults = CONFIG_MAPPING[kind]()
     present = _fields(defaults)
-    fields = {"query_pre_attn_scalar": HEAD_DIM, **{w: WINDOW for w in WINDOWS}}
+    fields = {"query_pre_attn_scalar": QPAS.get(label, HEAD_DIM), "initializer_range": INIT_RANGE,
+              **{w: WINDOW for w in WINDOWS}}
     for cap in caps:
         name = field(defaults, cap)
         fields[name] = getattr(defaults, name) or DEFAULT_CAP[cap]

@@ -30,6 +30,7 @@ from softcapgrad.engines import modeltypes as types
 SUPPORTED = tuple(types.LABELS)  # labels of causal models parity builds (engines/modeltypes.py)
 NOT_YET = types.NOT_YET
 CAPS = ("attention", "final")
+GENERATION = 2  # the builder's: 2 spreads the weights by the width (modeltypes.INIT_RANGE) and opens closed paths
 TARGET = 4.0  # largest |a/c| the inputs are scaled to reach at every cap: tanh(4) = 0.99933, well past the knee
 PARAMETER_LIMIT = 50_000_000  # each engine converts and runs the model in 30 s on a CPU core: tiny models only
 MAX_TOKENS = 512
@@ -66,14 +67,38 @@ def check(config) -> None:
 
 
 def build(src, seed: int):
-    """The model in fp32 with eager attention, random weights from ``seed`` (or the directory's)."""
+    """The model in fp32 with eager attention, random weights from ``seed`` (or the directory's, kept as they are).
+    Random weights have the paths their class's init closes opened and, where no attention cap is set, softer
+    queries (modeltypes.OPENED, SOFT_QUERIES)."""
     import torch
 
     from softcapgrad.models import audit
 
     torch.manual_seed(seed)
     with audit.quiet():
-        return audit.build(src, src.config, "eager", torch.float32).eval()
+        model = audit.build(src, src.config, "eager", torch.float32).eval()
+    if not src.weights:
+        _open(model)
+    return model
+
+
+def _open(model) -> None:
+    import torch
+
+    opened = types.OPENED.get(model.config.model_type, {})
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            for suffix, value in opened.items():
+                if name.endswith(suffix):
+                    p.fill_(value)
+    if caps_of(model.config)["attention"] is not None:
+        return
+    for m in model.modules():
+        if hasattr(m, "q_norm") and getattr(m.q_norm, "weight", None) is not None:
+            _gain(m.q_norm, types.SOFT_QUERIES)
+        elif getattr(getattr(m, "q_proj", None), "weight", None) is not None and hasattr(m, "k_proj"):
+            with torch.no_grad():
+                m.q_proj.weight.mul_(types.SOFT_QUERIES)
 
 
 def _modeling(model):
