@@ -73,31 +73,9 @@ def _answer(data: dict) -> tuple[str, ...]:
     return first, second, third
 
 
-def _earlier(out) -> dict:
-    """The parity results ``--update`` merges into, checked before any work."""
-    import json
-
-    if out is None:
-        raise InputError("--update needs --out DIR holding an earlier parity.json")
-    try:
-        data = json.loads((out / "parity.json").read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"--update: cannot read {out / 'parity.json'}: {err.strerror}") from None
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        raise InputError(f"--update: {out / 'parity.json'} is not JSON") from None
-    if not (isinstance(data, dict) and all(isinstance(data.get(k), list) for k in ("models", "rows", "engines"))
-            and isinstance(data.get("params"), dict)):
-        raise InputError(f"--update: {out / 'parity.json'} holds no parity results (models, rows, engines)")
-    from softcapgrad.engines.parity import unmergeable
-
-    why = unmergeable(data)
-    if why:
-        raise InputError(f"--update: {out / 'parity.json'} cannot be merged into: {why}")
-    return data
-
-
-def parity_report(results, params: dict, written: tuple = ()) -> Report:
-    """The parity run as a report; ``written``: the files put in place (none: nothing was written)."""
+def parity_report(results, params: dict, written: tuple = (), repro=None, bundled=()) -> Report:
+    """The parity run as a report; ``written``: the files put in place (none: nothing was written); ``bundled``: the
+    reproduction bundles written in ``repro``."""
     from softcapgrad.core.report import Table
     from softcapgrad.engines import parity
 
@@ -120,6 +98,8 @@ def parity_report(results, params: dict, written: tuple = ()) -> Report:
             Table("not_measured", "not measured here", parity.not_here(), ("engine", "verdict"), wide=("would_check",)),
         ),
         notes=(f"written: {', '.join(map(str, written))}" if written else "nothing written (no --out)",
+               *([f"reproduction bundles in {repro}: {len(bundled)} ("
+                  + (", ".join(b["bundle"] for b in bundled) or "no finding") + ")"] if repro is not None else []),
                "error: largest |Δ log-prob| against the capped form; error off: against the uncapped form; the final "
                "cap is judged on the engine's own pre-cap logits, the attention cap against transformers fp32 eager"),
         answer=_answer(parity.as_dict(results)),
@@ -190,6 +170,12 @@ def parity(
                          "(answers read up to 8 MiB each, redirects not followed).")] = None,
     server_model: Annotated[Optional[str], typer.Option(
         "--server-model", help="The model name the server knows (default: the first it lists).")] = None,
+    repro: Annotated[Optional[Path], typer.Option(
+        "--repro", parser=path_given, metavar="<path>", help="A new (or empty) folder: a reproduction bundle for "
+                                                              "every engine route with a finding.")] = None,
+    python: Annotated[Optional[Path], typer.Option(
+        "--python", parser=path_given, metavar="<path>", help="An interpreter of your own (your build of the engine) "
+                                                               "to run the one --engine with.")] = None,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -205,10 +191,13 @@ def parity(
         from softcapgrad.core import progress
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
         from softcapgrad.engines import catalog, modeltypes, parity as run, reference, runner
+        from softcapgrad.cli import parity_runs as extra
+        from softcapgrad.engines import repro_report
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
-            not_with({"--jobs": None if jobs == 1 else jobs, "--update": update or None}, "with --server")
+            not_with({"--jobs": None if jobs == 1 else jobs, "--update": update or None, "--repro": repro,
+                      "--python": python}, "with --server")
             return _served(directory, server, server_model, engine, model_type, install, out, set_, seq_len, seed,
                            timeout)
         known = catalog.engines()
@@ -226,7 +215,9 @@ def parity(
         if out is not None:
             writable_folder(out, "--out")
             check_targets([out / name for name in FILES], "--out")
-        earlier = _earlier(out) if update else None
+        earlier = extra.earlier(out) if update else None
+        if repro is not None:
+            repro_report.target(repro)
         if earlier is not None:
             then = earlier["params"]
             differs = [k for k, v in (("seed", s), ("seq_len", n), ("set", set_ or [])) if then.get(k) != v]
@@ -240,27 +231,34 @@ def parity(
             sources.append((t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t) + (set_ or []))))
         for _, src in sources:
             reference.check(src.config)
-        states = _plan(names, [src.config.model_type for _, src in sources], explicit, install)
+        kinds = [src.config.model_type for _, src in sources]
+        facts, states = (extra.given_python(python, names, explicit, install, kinds) if python is not None
+                         else (None, _plan(names, kinds, explicit, install)))
         import torch
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         chosen = [known[name] for name in names]
-        try:
-            results = []
-            total = sum(len(e.routes) for e in chosen) * len(sources)
-            with runner.terminations(), progress.task("parity: engines", total) as advance:
-                for label, src in sources:
-                    results.append(run.measure(src, chosen, states, n, s, timeout, label, advance, j))
-        finally:
-            torch.set_num_threads(threads)
+        with extra.bundles(repro) as staged:
+            try:
+                results = []
+                total = sum(len(e.routes) for e in chosen) * len(sources)
+                with runner.terminations(), progress.task("parity: engines", total) as advance:
+                    for i, (label, src) in enumerate(sources):
+                        keep = None if staged is None else staged / ".work" / str(i)
+                        results.append(run.measure(src, chosen, states, n, s, timeout, label, advance, j, keep))
+            finally:
+                torch.set_num_threads(threads)
+            extra.note_interpreter(results, facts)
+            bundled = extra.place(staged, repro, results, states, facts)
         params = {"model": str(directory) if directory else types, "set": set_ or [], "engines": names,
-                  "seq_len": n, "seed": s, "timeout": timeout, "out": str(out) if out else None}
+                  "seq_len": n, "seed": s, "timeout": timeout, "out": str(out) if out else None,
+                  **({"python": facts["path"]} if facts else {}), **({"repro": str(repro)} if repro else {})}
         written: list = []
         if out is not None:  # the set is staged whole (the figure too), then put in place together
             from softcapgrad.engines.figure import parity_figure
 
-            data = {"params": params, **run.as_dict(results)}
+            data = {"params": params, **run.as_dict(results, extra.provenance(states, facts))}
             if update:
                 data = run.merge(earlier, data)
                 data["params"] = {**earlier["params"], "updated": earlier["params"].get("updated", []) + [params]}
@@ -269,7 +267,7 @@ def parity(
                                                                              indent=1, sort_keys=True) + "\n",
                                                    "parity.md": run.markdown(data, answer)},
                                              "figures/parity.png", lambda: parity_figure(data["rows"])), out)
-        return parity_report(results, params, tuple(written))
+        return parity_report(results, params, tuple(written), repro if repro is not None else None, bundled)
 
     emit(build, json_out, wide, command="parity")
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
-from softcapgrad.engines import catalog, modeltypes, runner, verdict
+from softcapgrad.engines import catalog, conditioning, modeltypes, runner, verdict
 from softcapgrad.engines.vocabulary import write_tokenizer
 
 FOLDERS = {"capped": "capped", "final off": "final-off", "uncapped": "uncapped"}  # variant -> folder name
@@ -30,10 +30,17 @@ class Parity:
     reference: object  # reference.Reference
     rows: list = field(default_factory=list)  # one per engine and cap
     engines: list = field(default_factory=list)  # one per engine: how, versions, times, reason
+    kept: Path | None = None  # with measure(keep=...): the model folders and each route's outputs (repro bundles)
+    conditioning: object = None  # conditioning.Conditioning of the model built
 
 
 def prepare(src, seq_len: int, seed: int, work: Path):
     """The reference and the engines' input folders under ``work``."""
+    return _prepare(src, seq_len, seed, work)[0]
+
+
+def _prepare(src, seq_len: int, seed: int, work: Path):
+    """The reference, the model and its token ids; the engines' input folders under ``work``."""
     from softcapgrad.models import audit
 
     ref.check(src.config)
@@ -45,12 +52,13 @@ def prepare(src, seq_len: int, seed: int, work: Path):
     reference = ref.reference(model, ids, scales)
     if reference.alternatives:
         reference.alternatives.update(window_alternatives(model, ids))
+        reference.alternatives.update(scaling_alternatives(model, ids))
         reference.final_alternatives.update(swapped_alternatives(model, ids))
     runner.write_ids(work, ids)
     for variant in variants(reference):
         folder = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
         write_tokenizer(folder, model.config.to_dict())  # engines load a tokenizer beside the weights
-    return reference
+    return reference, model, ids
 
 
 WINDOWS = ("sliding_window", "attention_window_size")  # the config fields (and module attributes) of a local window
@@ -78,6 +86,28 @@ def window_alternatives(model, ids) -> dict:
             forms[verdict.CAPPED + "the sliding window and the attention cap both dropped"] = ref.logits(
                 model, ids, off=("attention",))
         return forms
+
+
+SCALED = "the scores scaled by head_dim**-0.5, not query_pre_attn_scalar**-0.5"
+
+
+def scaling_alternatives(model, ids) -> dict:
+    """Where query_pre_attn_scalar is not the head size: what an engine that scales the scores by the head size
+    computes (final cap off; and on, ``verdict.CAPPED``). Keras Hub reads the field only as whether it equals
+    head_dim, and otherwise scales by hidden_size // num_attention_heads."""
+    config = model.config
+    qpas, head = getattr(config, "query_pre_attn_scalar", None), getattr(config, "head_dim", None)
+    if not qpas or not head or qpas == head:
+        return {}
+    ratio = (qpas / head) ** 0.5  # the module's scores are already times qpas**-0.5
+
+    def rescaled(scores, c):
+        return ref.tanh_cap(scores * ratio, c)
+
+    forms = {SCALED: ref.logits(model, ids, off=("final",), cap_fn=rescaled)}
+    if ref.caps_of(config)["final"] is not None:
+        forms[verdict.CAPPED + SCALED] = ref.logits(model, ids, cap_fn=rescaled)
+    return forms
 
 
 def swapped_alternatives(model, ids) -> dict:
@@ -114,7 +144,29 @@ def _info(engine, route, state) -> dict:
             "did": "", "cpu_s": None, "wall_s": None, "reason": None, "failed": {}}
 
 
-def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> tuple[list, dict]:
+def _keep_outputs(kept: Path | None, engine, route, outcome) -> None:
+    """A route's outputs, as the engine gave them, for its reproduction bundle (parity --repro)."""
+    if kept is None:
+        return
+    folder = kept / "outputs" / f"{engine.name}--{route.id}"
+    folder.mkdir(parents=True)
+    for name, values in outcome.logits.items():
+        np.save(folder / f"{name}.npy", values, allow_pickle=False)
+    (folder / "output.txt").write_text(str(outcome.info.get("output", "logits")), encoding="utf-8")
+
+
+def recorded(info: dict, outcome, precision: str) -> dict:
+    """``info`` with what the route's child reported: its times, reason, what it did, its precision and versions."""
+    reported = outcome.info.get("versions") if isinstance(outcome.info.get("versions"), dict) else {}
+    info.update(cpu_s=round(outcome.cpu_s, 1), wall_s=round(outcome.wall_s, 1), reason=outcome.reason,
+                did=str(outcome.info.get("did", "")), precision=str(outcome.info.get("precision", precision)))
+    if reported:
+        info["versions"] = reported
+    return info
+
+
+def _route_rows(engine, route, state, reference, tmp: Path, timeout: float,
+                kept: Path | None = None) -> tuple[list, dict]:
     info = _info(engine, route, state)
     if engine.types is not None and reference.model_type not in engine.types:
         info["reason"] = f"{engine.name} converts {', '.join(engine.types)}, not {reference.model_type}"
@@ -129,11 +181,8 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> t
         outcome = runner.run(state.python, engine.adapter, route.adapter_route, work, folders, timeout)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    reported = outcome.info.get("versions") if isinstance(outcome.info.get("versions"), dict) else {}
-    info.update(cpu_s=round(outcome.cpu_s, 1), wall_s=round(outcome.wall_s, 1), reason=outcome.reason,
-                did=str(outcome.info.get("did", "")), precision=str(outcome.info.get("precision", route.precision)))
-    if reported:
-        info["versions"] = reported
+    recorded(info, outcome, route.precision)
+    _keep_outputs(kept, engine, route, outcome)
     if outcome.no_architecture:
         return verdict.no_architecture(reference, outcome.reason), info
     if outcome.reason:
@@ -153,20 +202,26 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float) -> t
 
 
 def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: float, label: str,
-            advance=None, jobs: int = 1) -> Parity:
+            advance=None, jobs: int = 1, keep: Path | None = None) -> Parity:
     """Every route of every engine on one model; ``states`` maps an environment to its State (None: absent).
-    ``jobs`` routes run at a time (each engine child is one thread); the rows come in catalog order."""
+    ``jobs`` routes run at a time (each engine child is one thread); the rows come in catalog order. ``keep``: a
+    new folder that receives the model folders, the token ids and each route's outputs (parity --repro)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with tempfile.TemporaryDirectory(prefix="softcapgrad-parity-") as tmp:
         work = Path(tmp)
-        reference = prepare(src, seq_len, seed, work)
-        result = Parity(label, reference)
+        reference, model, ids = _prepare(src, seq_len, seed, work)
+        result = Parity(label, reference, kept=keep,
+                        conditioning=conditioning.measure(model, ids, reference, label))
+        if keep is not None:
+            (keep / "model").mkdir(parents=True)
+            for name in ["ids.npy", *(FOLDERS[v] for v in variants(reference))]:
+                (shutil.copytree if (work / name).is_dir() else shutil.copy2)(work / name, keep / "model" / name)
         pairs = [(engine, route) for engine in engines for route in engine.routes]
 
         def one(pair):
             engine, route = pair
-            done = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout)
+            done = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout, keep)
             if advance:
                 advance()
             return done
@@ -175,10 +230,40 @@ def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: 
             outcomes = list(pool.map(one, pairs))
         for (engine, route), (rows, info) in zip(pairs, outcomes):
             for row in rows:
-                row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]))
+                row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]),
+                           generation=ref.GENERATION)
             result.rows.extend(rows)
-            result.engines.append({**info, "model": label})
+            result.engines.append({**info, "model": label, "generation": ref.GENERATION})
     return result
+
+
+def _generation_cell(entry: dict) -> str:
+    g = generation(entry)
+    return f"{g}" if g == ref.GENERATION else f"{g} (earlier models)"
+
+
+def conditioning_table(models: list[dict]) -> list[str]:
+    """The Markdown lines of each model's conditioning (engines/conditioning.py), with the bound each must keep."""
+    lines = ["## Conditioning of the models", "",
+             f"Each model as built: the smallest mean square entering any norm over its epsilon (at least "
+             f"{conditioning.NORM_MIN:g}), each cap's largest log-prob effect over the fp32 tolerance its verdict uses "
+             f"(at least {conditioning.CAP_MIN:g}), and fp32 against the same weights in fp64 over the whole-model "
+             f"tolerance (at most {conditioning.NOISE_MAX:g}). A figure that misses its bound is marked (!).", "",
+             "| model type | worst norm | its ms/eps | attention cap Δ/tol | final cap Δ/tol | fp32 noise/tol |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for m in models:
+        c = m.get("conditioning")
+        if not isinstance(c, dict):
+            lines.append(f"| {m['model']} | not measured (generation {generation(m)}) | | | | |")
+            continue
+        ok = c.get("healthy", {})
+        names = (("norm_ratio", "norms"), ("attention", "attention cap"), ("final", "final cap"),
+                 ("noise", "fp32 noise"))
+        mark = {key: "" if ok.get(name, True) else " (!)" for key, name in names}
+        lines.append(f"| {m['model']} | {c['norm']} | {_fmt(c['norm_ratio'])}{mark['norm_ratio']} | "
+                     f"{_fmt(c['attention']) or 'not set'}{mark['attention']} | {_fmt(c['final']) or 'not set'}"
+                     f"{mark['final']} | {_fmt(c['noise'])}{mark['noise']} |")
+    return lines + [""]
 
 
 def not_here() -> list[dict]:
@@ -196,16 +281,28 @@ def _clean(value):
     return value
 
 
-def as_dict(results: list[Parity]) -> dict:
+def as_dict(results: list[Parity], provenance: dict | None = None) -> dict:
+    """The results as parity.json holds them; with ``provenance`` (provenance.record), each row names the CPU."""
+    cpu = provenance_cpu(provenance)
     return _clean({
         "models": [{"model": r.model, "caps": r.reference.caps, "reach": r.reference.reach,
                     "tokens": int(r.reference.ids.size), "vocabulary": int(r.reference.logits["capped"].shape[1]),
-                    "scales": r.reference.scales, "note": modeltypes.NOTES.get(r.model, "")} for r in results],
-        "rows": [row for r in results for row in r.rows],
+                    "scales": r.reference.scales, "note": modeltypes.NOTES.get(r.model, ""),
+                    "generation": ref.GENERATION,
+                    **({"conditioning": r.conditioning.as_dict()} if r.conditioning is not None else {})}
+                   for r in results],
+        "rows": [{**row, **({"cpu": cpu} if cpu else {})} for r in results for row in r.rows],
         "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
         "not_measured": not_here(),
         "model_types_not_yet": [{"model_type": t, "why": why} for t, why in ref.NOT_YET],
+        **({"provenance": provenance} if provenance else {}),
     })
+
+
+def provenance_cpu(provenance: dict | None) -> str | None:
+    from softcapgrad.engines.provenance import cpu_label
+
+    return cpu_label(provenance.get("cpu")) if provenance else None
 
 
 def _fmt(value) -> str:
@@ -226,7 +323,9 @@ ENTRY = {"models": {"model": str, "reach": dict, "caps": object, "tokens": objec
          "rows": {"engine": str, "route": str, "model": str, "cap": str, "verdict": str, "error": object,
                   "error_off": object, "tolerance": object, "where": object},
          "engines": {"engine": str, "route": str, "model": str, "versions": dict, "did": object, "how": object}}
-MAY_HOLD = {"rows": {"hint": str, "outside": (int, float, type(None))}}
+MAY_HOLD = {"rows": {"hint": str, "outside": (int, float, type(None)), "cpu": (str, type(None)), "other_cpu": bool,
+                     "generation": int},
+            "models": {"generation": int, "conditioning": dict}, "engines": {"generation": int}}
 
 
 def unmergeable(old: dict) -> str | None:
@@ -244,6 +343,9 @@ def unmergeable(old: dict) -> str | None:
                     return f"{key}[{i}] holds {name!r} as {type(entry[name]).__name__}"
     if not isinstance(old["params"].get("updated", []), list):
         return "params holds 'updated' but not as a list"
+    if not isinstance(old.get("provenance", {}), dict) or not isinstance(old.get("provenance", {}).get("earlier", []),
+                                                                         list):
+        return "its provenance is not an object with a list of earlier runs"
     return None
 
 
@@ -260,26 +362,52 @@ def merge(old: dict, new: dict) -> dict:
         for key in ("rows", "engines"):
             kept = [x for x in _of(old, key, model) if x["engine"] not in measured] + _of(new, key, model)
             merged[key] += sorted(kept, key=lambda x: order.get(x["engine"], len(order)))  # stable: routes stay
+    from softcapgrad.engines.provenance import mark_other_cpus
+
+    merged["rows"] = mark_other_cpus(merged["rows"])
+    then = old.get("provenance")
+    if then and new.get("provenance"):  # the earlier runs' records stay: their rows may still be here
+        earlier = [*then.get("earlier", []), {k: v for k, v in then.items() if k != "earlier"}]
+        merged["provenance"] = {**new["provenance"], "earlier": earlier}
     return merged
+
+
+def generation(entry: dict) -> int:
+    """The builder generation an entry was measured on; entries written before generations were kept are the first."""
+    return entry.get("generation", 1)
 
 
 def markdown(data: dict, answer: tuple[str, ...]) -> str:
     """parity.md from the results as ``as_dict`` (or ``merge``) gives them."""
+    from softcapgrad.engines.provenance import said
+
+    earlier = [r for r in data["rows"] if generation(r) != ref.GENERATION]
+    mixed = ([f"{len(earlier)} of the {len(data['rows'])} rows were measured on the models an earlier builder made "
+              f"(engines {', '.join(dict.fromkeys(r['engine'] for r in earlier))}), not re-run on the current "
+              f"generation {ref.GENERATION}: the 'models' column of each table says which.", ""] if earlier else [])
     lines = ["# Do the caps survive leaving transformers?", "", *answer, ""]
+    lines += [said(data.get("provenance")), ""] if data.get("provenance") else []
+    lines += [*mixed, *conditioning_table(data["models"])]
     for m in data["models"]:
         reach = ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items() if isinstance(v, float))
+        rows = _of(data, "rows", m["model"])
+        older = sorted({generation(r) for r in rows} - {ref.GENERATION})
         lines += [f"## {m['model']}", "", f"caps {m['caps']}; largest |a/c| reached: {reach}; "
                   f"{m['tokens']} tokens, full vocabulary of {m['vocabulary']}."
-                  + (f" {m['note']}." if m.get("note") else ""), "",
+                  + (f" {m['note']}." if m.get("note") else "")
+                  + (f" Rows of generation {', '.join(map(str, older))} were measured on the models an earlier "
+                     f"builder made, not re-run on the current ones (generation {ref.GENERATION}): the model "
+                     f"facts above are generation {generation(m)}'s." if older else ""), "",
                   "| engine | route | cap | verdict | largest \\|logit\\| | log-prob error | to uncapped | tolerance "
-                  "| where | note |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for row in _of(data, "rows", m["model"]):
+                  "| where | models | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for row in rows:
             top = f" (top {row['top_k']})" if row.get("top_k") else ""
+            top += " (measured on another CPU)" if row.get("other_cpu") else ""
             lines.append(f"| {row['engine']} | {row['route']} | {row['cap']} | {row['verdict']}{top} | "
                          f"{_fmt(row.get('max_logit'))} | {_fmt(row['error'])} | "
                          f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_fmt(row['where'])} | "
-                         f"{row.get('hint', '')} |")
+                         f"{_generation_cell(row)} | {row.get('hint', '')} |")
         lines += ["", "| engine | route | what ran | versions |", "| --- | --- | --- | --- |"]
         for e in _of(data, "engines", m["model"]):
             versions = ", ".join(f"{k} {v}" for k, v in e["versions"].items())

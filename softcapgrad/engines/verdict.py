@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softcapgrad.engines.repro_check import LN_TINY, log_probs, top_mask, worst  # noqa: F401 (re-exported)
 from softcapgrad.engines.forms import ALTERNATIVE_UNITS, ALTERNATIVES, _round, cap_in, exact_cap  # noqa: F401
 
 K = 16
@@ -44,13 +45,8 @@ RATIO = 10.0  # a low-precision row nearer one reference by this factor is judge
 MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
 SWAPPED = "the two caps' values swapped"  # a whole-model form that alters the attention cap as well
 CAPPED = "with the final cap: "  # an attention alternative computed with the final cap on (engines judged capped)
-LN_TINY = float(np.log(2.0 ** -149))  # log of the smallest fp32 subnormal: below it a probability is 0 in fp32
 
 
-def log_probs(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    top = z.max(axis=-1, keepdims=True)
-    return z - top - np.log(np.exp(z - top).sum(axis=-1, keepdims=True))
 
 
 def tolerance(unit: float, scale: float, roundings: float = K, once: float = 0.0) -> float:
@@ -67,25 +63,15 @@ class Error:
 
 def top(lp: np.ndarray, k: int) -> np.ndarray | None:
     """Each position's ``k`` most likely tokens as a mask (None: every token, k = 0)."""
-    if not k:
-        return None
-    k = min(k, lp.shape[-1])
-    mask = np.zeros(lp.shape, dtype=bool)
-    np.put_along_axis(mask, np.argsort(-lp, axis=-1, kind="stable")[:, :k], True, axis=-1)
-    return mask
+    return top_mask(lp, k)
 
 
 def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = None) -> Error:
     """The largest |Δ log-prob|, leaving out entries where both sides lie below LN_TINY: a probability under
     the smallest fp32 number is zero in any fp32 softmax, so an engine that returns log-probabilities gives
-    -inf there, and no fp32 computation tells those entries apart."""
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(lp - reference_lp)
-    diff = np.where((lp <= LN_TINY) & (reference_lp <= LN_TINY), 0.0, diff)
-    if mask is not None:
-        diff = np.where(mask, diff, 0.0)
-    t, v = np.unravel_index(int(np.argmax(diff)), diff.shape)
-    return Error(float(diff[t, v]), int(t), int(v))
+    -inf there, and no fp32 computation tells those entries apart. The code is the reproduction bundles'
+    (repro_check.worst), so that a bundle compares as parity did."""
+    return Error(*worst(lp, reference_lp, mask))
 
 
 def _nonfinite(*arrays) -> int:
