@@ -1,0 +1,121 @@
+"""train-parity: one training step per route on parity's tiny models, a verdict per cap and each route's first zero."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from softcapgrad.cli.common import emit, InputError, Json, pick, Report, seed_in_range, Wide
+from softcapgrad.cli.limits import Bound, path_given, SEED
+
+FILES = ("train-parity.json", "train-parity.md")
+DEFAULT_TYPES = ["gemma2", "gemma3_text", "nanochat"]
+
+
+def _states(names: list[str]) -> dict:
+    """Each environment's state as it is: this check never builds one."""
+    from softcapgrad.engines import environments, train_parity
+
+    states = {}
+    for name in names:
+        env = train_parity.ENGINES[name]
+        if env not in states:
+            states[env] = environments.state(env)
+            if states[env].state == "untrusted":
+                raise InputError(environments.refusal(states[env], name))
+    return states
+
+
+def train_report(results, params: dict, answer: tuple, written: tuple = ()) -> Report:
+    from softcapgrad.core.report import Table
+    from softcapgrad.engines import train_results
+
+    rows = [{k: r.get(k) for k in train_results.ROW_KEYS} for p in results for r in p.rows]
+    shown = ("engine", "route", "model", "cpu_s", "wall_s")
+    routes = [{**{k: e[k] for k in shown}, "reason": e["reason"] or "", "did": e["did"] or e["how"]}
+              for p in results for e in p.routes]
+    return Report(
+        command="train-parity", params=params,
+        tables=(
+            Table("rows", "verdict per route and cap (one training step against float64 references)", rows,
+                  ("engine", "route", "model", "cap", "verdict", "first_dead"),
+                  wide=("form", "precision", "forward_cell", "grad_error", "grad_tolerance", "last_alive",
+                        "stack_first_zero", "agrees", "hint")),
+            Table("routes", "routes: CPU time (user + system) of the child process, loading included", routes,
+                  shown, wide=("reason", "did")),
+        ),
+        notes=(f"written: {', '.join(map(str, written))}" if written else "nothing written (no --out)",
+               "grad error: largest |Δ gradient| over every parameter, relative to the reference's largest; first "
+               "zero: the smallest positive final-cap input a whose gradient the route returned as exactly 0"),
+        answer=answer,
+    )
+
+
+def train_parity(
+    model_type: Annotated[Optional[list[str]], typer.Option(
+        "--model-type", help="A capped model type parity builds (repeatable; default gemma2, gemma3_text, "
+                              "nanochat).")] = None,
+    engine: Annotated[Optional[list[str]], typer.Option(
+        "--engine", help="transformers, transformers-4, transformers-5.0 or all (repeatable; default all). "
+                         "Environments are used as built, never built here.")] = None,
+    seq_len: Annotated[int, typer.Option("--seq-len", callback=Bound(2, 512, "the tiny models' positions"),
+                                         help="Tokens of the random batch (2 to 512).")] = 16,
+    seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the weights and token ids (0 to "
+                                                                    "2^63 − 1; default 0).")] = None,
+    timeout: Annotated[float, typer.Option(callback=Bound(1.0, 3600.0, "seconds each training route may take"),
+                                           help="Seconds each route may take, loading included (1 to 3600).")] = 120.0,
+    jobs: Annotated[int, typer.Option(callback=Bound(1, 16, "each route's child holds a model and its trainer"),
+                                      help="Routes run at a time (1 to 16).")] = 1,
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
+                                                help="Folder for train-parity.json and train-parity.md.")] = None,
+    json_out: Json = False,
+    wide: Wide = False,
+) -> None:
+    """Does training keep the caps: one training step per route, its loss and gradients against float64
+    references, a verdict per cap, and where the route's final-cap gradient is first exactly 0."""
+
+    def build() -> Report:
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            raise InputError("train-parity needs transformers: pip install 'softcapgrad[hf]'")
+        import json
+
+        from softcapgrad.core import progress
+        from softcapgrad.core.files import check_targets, replace_all, writable_folder
+        from softcapgrad.engines import modeltypes, reference, runner, train_parity as run, train_results
+        from softcapgrad.models import audit
+
+        names = pick("--engine", engine, tuple(run.ENGINES))
+        types = pick("--model-type", model_type, reference.SUPPORTED, DEFAULT_TYPES)
+        n, s = seq_len, seed_in_range(seed)
+        if out is not None:
+            writable_folder(out, "--out")
+            check_targets([out / name for name in FILES], "--out")
+        sources = [(t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t))) for t in types]
+        for _, src in sources:
+            reference.check(src.config)
+        states = _states(names)
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            results = []
+            with runner.terminations(), progress.task("train-parity: routes",
+                                                      len(names) * len(run.ROUTES) * len(sources)) as advance:
+                for label, src in sources:
+                    results.append(run.measure(src, label, names, states, n, s, timeout, advance, jobs))
+        finally:
+            torch.set_num_threads(threads)
+        params = {"model_types": types, "engines": names, "seq_len": n, "seed": s, "timeout": timeout}
+        data = train_results.as_dict(results, params)
+        said = train_results.answer(data)
+        written: list = []
+        if out is not None:
+            written = replace_all({out / FILES[0]: json.dumps({**data, "answer": list(said)}, indent=1,
+                                                              sort_keys=True) + "\n",
+                                   out / FILES[1]: train_results.markdown(data, said)}, out)
+        return train_report(results, params, said, tuple(written))
+
+    emit(build, json_out, wide, command="train-parity")

@@ -1,0 +1,194 @@
+"""One training check run: each route's training step on parity's tiny models, a verdict per cap, and each route's
+first zero of the final cap's gradient.
+
+``measure`` builds the model and its float64 references (engines/train_reference.py), writes the
+folder the routes load (``capped``) and the same weights with the final cap's input pushed further
+(``sweep-T``: the final site scaled so that the largest |a/c| is T), runs every route's adapter in
+its environment's interpreter (engines/runner.py: isolated, time-limited, a crash or hang is a
+reason), judges the capped step (engines/train_verdict.py) and reads each step's first zero.
+
+The first zero, as ``stacks`` defines it: the smallest positive a (in the format the route computes
+the cap in) whose gradient dL/da is exactly 0 while dL/dz is not; beside it the largest positive a
+below it whose gradient is not 0, over every step of the route (the capped folder and the sweeps).
+Where the route computes the cap as torch eager does on the CPU (transformers' c·tanh(a/c), op by
+op), the stack torch-eager-cpu's first zero in that format must lie between the two.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from softcapgrad.engines import catalog, runner, train_reference as tr, train_verdict as tv
+from softcapgrad.engines import reference as ref
+from softcapgrad.engines.environments import MAIN
+from softcapgrad.engines.parity import recorded
+
+ADAPTER = "train_transformers"
+ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0"}
+ROUTES = (
+    catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
+    catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
+    catalog.Route("default-bf16", "Trainer with bf16=True (autocast); attention as transformers picks it", "bf16"),
+    catalog.Route("eager-bf16", 'Trainer with bf16=True, attn_implementation="eager"', "bf16"),
+    catalog.Route("loop-default", "loss.backward() without Trainer (fp32); attention as transformers picks it"),
+    catalog.Route("loop-eager", 'loss.backward() without Trainer, attn_implementation="eager"'),
+    catalog.Route("peft", "a LoRA step through peft: whether peft imports"),
+    catalog.Route("trl", "a step through trl: whether trl imports"),
+)
+PROBES = ("peft", "trl")
+SWEEP = (12.0, 24.0)  # largest |a/c| of the sweep folders: past fp32's horizon (about 9.01) and bf16's (3.47)
+STACK = "torch-eager-cpu"
+FORMATS = {"fp32": "float32", "bf16": "bfloat16"}
+TIMES = ("cpu_s", "wall_s")
+
+
+@dataclass(frozen=True)
+class TrainParity:
+    model: str
+    reference: object  # train_reference.TrainReference
+    rows: list = field(default_factory=list)
+    routes: list = field(default_factory=list)  # one per engine and route: how, versions, times, reason
+
+
+def sweep_folders(model, ids, work: Path) -> list[str]:
+    """The capped model with its final site scaled so that the largest |a/c| reaches each of ``SWEEP``."""
+    c = ref.caps_of(model.config)["final"]
+    if c is None:
+        return []
+    seen: dict = {}
+    ref.logits(model, ids, seen=seen)
+    names = []
+    for target in SWEEP:
+        pushed = copy.deepcopy(model)
+        ref._scale_final(pushed, target / seen["final"])
+        name = f"sweep-{target:g}"
+        ref.save(pushed, work / name)
+        names.append(name)
+    return names
+
+
+def first_zero(steps: list, c: float, ids) -> dict:
+    """Over the steps' final cap inputs: the first positive a whose gradient is exactly 0 while the upstream one
+    is not, the last positive a below it whose gradient is not 0, and how many zeros were seen."""
+    a, da = [], []
+    for s in steps:
+        g, _ = tr.upstream(s, ids)
+        if s.precap is None or s.precap_grad is None or g is None or s.precap.shape != g.shape:
+            continue
+        live = g != 0
+        a.append(s.precap[live])
+        da.append(s.precap_grad[live])
+    if not a:
+        return {"first_dead": None, "last_alive": None, "zeros": 0, "largest": None}
+    a, da = np.concatenate(a), np.concatenate(da)
+    positive = a > 0
+    dead = positive & (da == 0)
+    first = float(a[dead].min()) if dead.any() else None
+    below = positive & (da != 0) & (a < first if first is not None else True)
+    return {"first_dead": first, "last_alive": float(a[below].max()) if below.any() else None,
+            "zeros": int(dead.sum()), "largest": float(a.max()), "first_dead_over_c": None if first is None else first / c}
+
+
+def stack_agreement(zero: dict, precision: str, c: float) -> dict:
+    """The stack's first zero in the route's cap format, and whether it lies in (last alive, first dead]."""
+    from softcapgrad.stacks import registry
+
+    scores = FORMATS.get(precision)
+    if scores is None:
+        return {"stack": None, "stack_first_zero": None, "agrees": None}
+    found = registry.first_zero(STACK, scores, float(c))
+    value = found.value
+    if value is None or zero["first_dead"] is None:
+        agrees = None if value is None or zero["largest"] is None or zero["largest"] >= value else True
+    else:
+        agrees = (zero["last_alive"] is None or zero["last_alive"] < value) and value <= zero["first_dead"]
+    return {"stack": f"{STACK} ({scores})", "stack_first_zero": value, "agrees": agrees}
+
+
+def _info(engine: str, route, state) -> dict:
+    return {"engine": engine, "route": route.id, "how": route.text, "precision": route.precision,
+            "environment": ENGINES[engine], "versions": dict(state.versions) if state else {}, "did": "",
+            "cpu_s": None, "wall_s": None, "reason": None}
+
+
+def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], timeout: float):
+    info = _info(engine, route, state)
+    if state is None or state.state != "installed":
+        why = "not installed" if state is None else f"{state.state} {state.reason}".strip()
+        info["reason"] = (f"environment {ENGINES[engine]} {why} (this check never builds one: softcapgrad engines "
+                          f"install {engine})")
+        return tv.could_not_run(reference, info["reason"]), {}, info
+    used = folders[:1] if route.id in PROBES else folders
+    work = runner.prepare(tmp / f"run-{engine}-{route.id}", tmp, used)
+    try:
+        outcome = runner.run(state.python, ADAPTER, route.id, work, used, timeout)
+        steps, unread = {}, {}
+        for name in used:
+            path = work / "out" / route.id / f"{name}.npz"
+            if outcome.reason is None and path.exists():
+                why = tr.readable(path)
+                if why:
+                    unread[name] = why
+                else:
+                    steps[name] = tr.read_step(path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    recorded(info, outcome, route.precision)
+    if outcome.no_architecture:
+        return tv.could_not_run(reference, outcome.reason, tv.NO_ARCHITECTURE), {}, info
+    failed = {**(outcome.info.get("failed") or {}), **unread}
+    if outcome.reason or "capped" not in steps:
+        info["reason"] = outcome.reason or failed.get("capped", "no step written")
+        return tv.could_not_run(reference, info["reason"]), {}, info
+    shape = reference.steps["capped"].logits.shape
+    wrong = [f"{name}: logits of shape {s.logits.shape}" for name, s in steps.items() if s.logits.shape != shape]
+    if wrong:
+        info["reason"] = f"{wrong[0]}, expected {shape}"
+        return tv.could_not_run(reference, info["reason"]), {}, info
+    unit = catalog.LOW.get(info["precision"], tv.verdict.FP32)
+    return tv.judge(steps["capped"], reference, unit), steps, info
+
+
+def measure(src, label: str, engines: list[str], states: dict, seq_len: int, seed: int, timeout: float,
+            advance=None, jobs: int = 1) -> TrainParity:
+    """Every route of every engine on one model type; ``states`` maps an environment to its State (None: absent)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with tempfile.TemporaryDirectory(prefix="softcapgrad-train-") as tmp:
+        work = Path(tmp)
+        reference, model = tr.prepare(src, seq_len, seed, work)
+        folders = ["capped", *sweep_folders(model, reference.ids, work)]
+        pairs = [(engine, route) for engine in engines for route in ROUTES]
+
+        def one(pair):
+            engine, route = pair
+            done = _route(engine, route, states.get(ENGINES[engine]), reference, work, folders, timeout)
+            if advance:
+                advance()
+            return done
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            outcomes = list(pool.map(one, pairs))
+    result = TrainParity(label, reference)
+    for (engine, route), (rows, steps, info) in zip(pairs, outcomes):
+        for row in rows:
+            row.update(engine=engine, route=route.id, model=label, precision=info["precision"],
+                       versions=_short(info["versions"]))
+            if row["cap"] == "final" and steps and reference.caps["final"] is not None:
+                zero = first_zero(list(steps.values()), reference.caps["final"], reference.ids)
+                row.update(zero, **stack_agreement(zero, info["precision"], reference.caps["final"]))
+            elif row["cap"] == "attention" and steps:
+                row["first_dead_note"] = "the route does not expose the attention scores or their gradient"
+        result.rows.extend(rows)
+        result.routes.append({**info, "model": label})
+    return result
+
+
+def _short(versions: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "torch", "accelerate"))

@@ -1,0 +1,107 @@
+"""The training check's results: the dict of train-parity.json, its Markdown, and the answer in three sentences."""
+
+from __future__ import annotations
+
+from softcapgrad.engines import train_verdict as tv
+from softcapgrad.engines.parity import _clean, _fmt
+
+ROW_KEYS = ("engine", "route", "model", "cap", "c", "verdict", "form", "precision", "versions", "forward_cell",
+            "loss_cell", "forward_error", "forward_tolerance", "grad_error", "grad_tolerance", "grad_where",
+            "local_error", "local_grad_error", "local_grad_tolerance", "first_dead", "last_alive", "zeros",
+            "first_dead_over_c", "stack", "stack_first_zero", "agrees", "first_dead_note", "hint")
+TIMES = ("cpu_s", "wall_s")
+
+
+def as_dict(results: list, params: dict) -> dict:
+    return _clean({
+        "params": params,
+        "models": [{"model": r.model, "caps": r.reference.caps, "tokens": int(r.reference.ids.size),
+                    "scales": r.reference.scales, "width": r.reference.width} for r in results],
+        "rows": [{k: row.get(k) for k in ROW_KEYS} for r in results for row in r.rows],
+        "routes": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.routes],
+    })
+
+
+def _fix(rows: list[dict], bad: dict) -> str:
+    """A route of the same engine, precision and model whose row for this cap is applied forward and backward."""
+    keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
+             and r["cap"] == bad["cap"] and r["verdict"] == tv.APPLIED and r["precision"] == bad["precision"]]
+    if not keeps:
+        return "no route tried here keeps it"
+    setting = ' (attn_implementation="eager")' if keeps[0].endswith(("eager", "eager-bf16")) else ""
+    return f"route {keeps[0]}{setting} keeps it"
+
+
+def _zeros(rows: list[dict]) -> str:
+    """Per format and cap value: how many routes' brackets hold stacks' first zero, and the narrowest bracket."""
+    groups: dict = {}
+    for r in rows:
+        if r["cap"] == "final" and r.get("first_dead") is not None:
+            groups.setdefault((r["precision"], r["c"], r.get("stack_first_zero")), []).append(r)
+    said = []
+    for (precision, c, stack), found in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        alive = [r["last_alive"] for r in found if r.get("last_alive") is not None]
+        agree = sum(1 for r in found if r.get("agrees"))
+        said.append(f"{precision} at c = {c:g}: above {max(alive, default=0):.6g}, by {min(r['first_dead'] for r in found):.6g} "
+                    f"({agree} of {len(found)} routes' brackets hold stacks' torch-eager-cpu {stack:.6g})"
+                    if stack is not None else f"{precision} at c = {c:g}: by {min(r['first_dead'] for r in found):.6g}")
+    return "; ".join(said)
+
+
+def answer(data: dict) -> tuple[str, ...]:
+    rows = data["rows"]
+    bad: dict = {}
+    for r in rows:
+        if r["verdict"] in tv.BAD:
+            what = r["verdict"] + (f" ({r['form']})" if r.get("form") else "")
+            bad.setdefault((r["engine"], r["route"], r["cap"], what, _fix(rows, r)), []).append(r["model"])
+    said = [f"{e} ({route}) {what}: the {cap} cap of {', '.join(dict.fromkeys(m))}; {fix}"
+            for (e, route, cap, what, fix), m in bad.items()]
+    ran = [r for r in rows if r["verdict"] not in (tv.NOT_RUN, tv.NO_ARCHITECTURE, tv.NOT_SET)]
+    first = ("Routes that train without a cap or with another gradient: " + "; ".join(said) + "." if said else
+             "No route ran, so no cap was judged." if not ran else
+             "Every route that ran applied every cap it could be judged on, forward and backward.")
+    undecided = sorted({f"{r['engine']} ({r['route']}) {r['cap']}" for r in rows if r["verdict"] == tv.NOT_BOUND})
+    zeros = _zeros(rows)
+    second = ((f"Undecided in their precision (no reference within the tolerance or {tv.verdict.RATIO:g} times "
+               f"nearer): {', '.join(undecided)}. " if undecided else "")
+              + (f"The final cap's gradient is first exactly 0 in {zeros}." if zeros else
+                 "No route's final-cap gradient reached exactly 0 in the sweeps."))
+    reasons: dict = {}
+    for r in rows:
+        if r["verdict"] == tv.NOT_RUN:
+            why = ": ".join((r.get("hint") or "").split(": ")[:2])
+            reasons.setdefault(why, {})[f"{r['engine']} ({r['route']})"] = None
+    third = ("Could not run: " + "; ".join(f"{', '.join(who)}: {why}" for why, who in reasons.items()) + "."
+             if reasons else "Every route listed ran.")
+    return first, second, third
+
+
+def _exact(value) -> str:
+    return "" if value is None else f"{value:.7g}"
+
+
+def markdown(data: dict, said: tuple[str, ...]) -> str:
+    lines = ["# Does training keep the caps?", "", *said, ""]
+    for m in data["models"]:
+        lines += [f"## {m['model']}", "", f"caps {m['caps']}; {m['tokens']} tokens; weights scaled so that each cap "
+                  f"binds ({', '.join(f'{k} ×{v:.4g}' for k, v in m['scales'].items())}).", "",
+                  "| engine | route | precision | cap | verdict | form | forward | grad error | grad tol "
+                  "| first zero | last alive | stack's | versions |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in data["rows"]:
+            if r["model"] != m["model"]:
+                continue
+            lines.append(f"| {r['engine']} | {r['route']} | {r['precision']} | {r['cap']} | {r['verdict']} | "
+                         f"{r.get('form') or ''} | {r.get('forward_cell') or ''} | {_fmt(r.get('grad_error'))} | "
+                         f"{_fmt(r.get('grad_tolerance'))} | {_exact(r.get('first_dead'))} | "
+                         f"{_exact(r.get('last_alive'))} | {_exact(r.get('stack_first_zero'))} | "
+                         f"{r.get('versions') or ''} |")
+        lines += ["", "| engine | route | cap | note |", "| --- | --- | --- | --- |"]
+        lines += [f"| {r['engine']} | {r['route']} | {r['cap']} | {(r.get('hint') or '').replace('|', '/')} |"
+                  for r in data["rows"] if r["model"] == m["model"] and r.get("hint")]
+        lines += ["", "| engine | route | what ran |", "| --- | --- | --- |"]
+        lines += [f"| {e['engine']} | {e['route']} | {e['did'] or e['how']} |" for e in data["routes"]
+                  if e["model"] == m["model"]]
+        lines.append("")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,218 @@
+"""parity --train: planted failures, each one named by the training check.
+
+Each planted route is parity's tiny Gemma 2 (caps bound) trained one step in fp32 by the adapter's own
+step function, in this process, with one thing changed: a cap whose gradient is straight-through, detached
+or computed in bf16 under an fp32 forward; the final cap applied in the loss but not in the returned
+logits; the caps' values swapped. The unchanged model is the control: both caps applied.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from softcapgrad.engines import catalog, modeltypes  # noqa: E402
+from softcapgrad.engines import reference as ref  # noqa: E402
+from softcapgrad.engines import train_reference as tr  # noqa: E402
+from softcapgrad.engines import train_verdict as tv  # noqa: E402
+from softcapgrad.models import audit  # noqa: E402
+
+
+def _adapter():
+    """The adapter script as a module (its siblings on the path, as the runner's child has them)."""
+    if str(catalog.ADAPTERS) not in sys.path:
+        sys.path.append(str(catalog.ADAPTERS))
+    spec = importlib.util.spec_from_file_location("adapter_train_transformers", catalog.script("train_transformers"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bound(tmp_path_factory):
+    src = audit.source(None, modeltypes.model_type("gemma2"), ref.tiny_sets("gemma2"))
+    model = ref.build(src, 0)
+    ids = audit.random_ids(src.config, 1, 16, 0).numpy().reshape(-1)
+    scales = ref.bind(model, ids)
+    reference = tr.train_reference(model, ids, scales, {"attention": True, "final": True})
+    return model, ids, reference, _adapter(), tmp_path_factory.mktemp("steps")
+
+
+def _trained(bound, model) -> tr.Step:
+    """One fp32 step of ``model`` by the adapter's loop, written and read back as a route's file is."""
+    _, ids, _, adapter, folder = bound
+    kept = adapter.step(model, model.get_output_embeddings(), ids, False, False, folder)
+    np.savez(folder / "step.npz", **adapter.arrays(kept))
+    return tr.read_step(folder / "step.npz")
+
+
+def _rows(bound, step) -> dict:
+    return {r["cap"]: r for r in tv.judge(step, bound[2])}
+
+
+def _straight(s, c):
+    return s + (ref.tanh_cap(s, c) - s).detach()
+
+
+def _detached(s, c):
+    return ref.tanh_cap(s.detach(), c)
+
+
+def _bf16_backward(a, c):
+    """fp32 forward; the gradient through the same cap computed by autograd in bf16."""
+    low = ref.tanh_cap(a.bfloat16(), c)
+    return ref.tanh_cap(a, c).detach() + (low - low.detach()).float()
+
+
+def _with_attention(bound, fn) -> tr.Step:
+    model = copy.deepcopy(bound[0])
+    with ref.attention_patch(model, cap_fn=fn):
+        return _trained(bound, model)
+
+
+def _with_final(bound, fn) -> tr.Step:
+    model = copy.deepcopy(bound[0])
+    c = model.config.final_logit_softcapping
+    model.config.final_logit_softcapping = None
+    model.get_output_embeddings().register_forward_hook(lambda module, args, out: fn(out, c))
+    return _trained(bound, model)
+
+
+def test_the_unchanged_model_applies_both_caps_forward_and_backward(bound):
+    rows = _rows(bound, _trained(bound, copy.deepcopy(bound[0])))
+    assert {cap: r["verdict"] for cap, r in rows.items()} == {"attention": tv.APPLIED, "final": tv.APPLIED}
+    assert rows["final"]["local_grad_error"] <= rows["final"]["local_grad_tolerance"]
+    assert rows["attention"]["grad_error"] <= rows["attention"]["grad_tolerance"]
+
+
+@pytest.mark.parametrize("cap", ["attention", "final"])
+def test_a_straight_through_cap_is_named(bound, cap):
+    step = _with_attention(bound, _straight) if cap == "attention" else _with_final(bound, _straight)
+    rows = _rows(bound, step)
+    assert rows[cap]["verdict"] == tv.OTHER and rows[cap]["form"] == tr.FORM_NAMES[0]
+    other = "final" if cap == "attention" else "attention"
+    assert rows[other]["verdict"] == tv.APPLIED  # the other cap is judged apart
+
+
+def test_a_detached_attention_cap_is_named(bound):
+    rows = _rows(bound, _with_attention(bound, _detached))
+    assert rows["attention"]["verdict"] == tv.OTHER and rows["attention"]["form"] == tr.FORM_NAMES[1]
+    assert rows["final"]["verdict"] == tv.APPLIED
+
+
+@pytest.mark.parametrize("cap", ["attention", "final"])
+def test_a_bf16_backward_under_an_fp32_forward_is_named(bound, cap):
+    step = _with_attention(bound, _bf16_backward) if cap == "attention" else _with_final(bound, _bf16_backward)
+    rows = _rows(bound, step)
+    assert rows[cap]["verdict"] == tv.OTHER and rows[cap]["form"].startswith(tv.LOWER), rows[cap]
+    assert rows["final" if cap == "attention" else "attention"]["verdict"] == tv.APPLIED
+
+
+def test_a_final_cap_in_the_loss_but_not_in_the_returned_logits_is_named(bound):
+    model = copy.deepcopy(bound[0])
+    c = model.config.final_logit_softcapping
+    forward = type(model).forward
+
+    def planted(self, input_ids=None, labels=None, **kwargs):
+        self.config.final_logit_softcapping = None
+        try:
+            out = forward(self, input_ids=input_ids, **kwargs)
+        finally:
+            self.config.final_logit_softcapping = c
+        out.loss = self.loss_function(ref.tanh_cap(out.logits, c), labels, self.config.vocab_size)
+        return out
+
+    model.forward = types.MethodType(planted, model)
+    rows = _rows(bound, _trained(bound, model))
+    assert rows["final"]["verdict"] == tv.ELSEWHERE and rows["final"]["loss_cell"] == "capped"
+    assert rows["final"]["forward_cell"] == "final off"
+    assert rows["attention"]["verdict"] == tv.APPLIED
+
+
+def test_swapped_caps_are_named(bound):
+    model = copy.deepcopy(bound[0])
+    layers = [m for m in model.modules() if getattr(m, "attn_logit_softcapping", None) is not None]
+    c_attention, c_final = layers[0].attn_logit_softcapping, model.config.final_logit_softcapping
+    for m in layers:
+        m.attn_logit_softcapping = c_final
+    model.config.final_logit_softcapping = c_attention
+    rows = _rows(bound, _trained(bound, model))
+    assert all(r["verdict"] == tv.DIFFERENT and r["form"] == tr.SWAPPED for r in rows.values())
+
+
+def test_a_dropped_attention_cap_is_ignored_and_the_final_one_still_judged(bound):
+    model = copy.deepcopy(bound[0])
+    for m in model.modules():
+        if getattr(m, "attn_logit_softcapping", None) is not None:
+            m.attn_logit_softcapping = None
+    rows = _rows(bound, _trained(bound, model))
+    assert rows["attention"]["verdict"] == tv.IGNORED and rows["attention"]["forward_cell"] == "attention off"
+    assert rows["final"]["verdict"] == tv.APPLIED
+
+
+def test_a_non_finite_step_is_not_finite(bound):
+    step = _trained(bound, copy.deepcopy(bound[0]))
+    name = next(iter(step.grads))
+    broken = tr.Step(step.loss, step.logits, {**step.grads, name: step.grads[name] * np.nan})
+    assert {r["verdict"] for r in tv.judge(broken, bound[2])} == {tv.NOT_FINITE}
+
+
+def test_the_first_zero_is_the_smallest_dead_input_with_the_last_alive_below_it():
+    from softcapgrad.engines import train_parity
+
+    a = np.array([[10.0, 270.0, 271.0, 400.0, -500.0], [269.0, 275.0, 0.5, 280.0, 3.0]])
+    da = np.array([[1e-3, 1e-9, 0.0, 0.0, 0.0], [1e-8, 2e-9, 0.3, 0.0, 0.0]])
+    g = np.ones_like(a)
+    g[1, 4] = 0.0  # no upstream gradient: its zero says nothing of the cap
+    step = tr.Step(0.0, a, {}, a, da, g)
+    zero = train_parity.first_zero([step], 30.0, np.zeros(2, dtype=np.int64))
+    assert zero["first_dead"] == 271.0 and zero["last_alive"] == 270.0 and zero["zeros"] == 3
+    assert train_parity.stack_agreement(zero, "fp32", 30.0)["agrees"]  # stacks' fp32 first zero, c = 30: in between
+    late = tr.Step(0.0, a, {}, a, np.where(a > 271.0, 0.0, 1.0), g)
+    assert train_parity.stack_agreement(train_parity.first_zero([late], 30.0, None), "fp32", 30.0)["agrees"] is False
+
+
+@pytest.mark.parametrize("args", [["--model-type", "nope"], ["--engine", "nope"], ["--seq-len", "1"],
+                                  ["--model-type", "t5gemma"], ["--timeout", "0"]])
+def test_bad_options_are_one_line_and_exit_2(cli, args):
+    code, _, out, err = cli("train-parity", *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_trainer_at_its_defaults_through_the_runner_keeps_both_caps(bound, tmp_path):
+    """The real adapter in a child (main environment, Trainer, fp32): both caps applied, and its first zero where
+    stacks' torch-eager-cpu has fp32's at c = 30."""
+    from softcapgrad.engines import environments, runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path)]
+    rows, steps, info = train_parity._route("transformers", train_parity.ROUTES[0], environments.state("main"),
+                                            reference, tmp_path, folders, 120.0)
+    assert info["reason"] is None and info["precision"] == "fp32", info
+    assert [r["verdict"] for r in rows] == [tv.APPLIED, tv.APPLIED], rows
+    zero = train_parity.first_zero(list(steps.values()), reference.caps["final"], ids)
+    assert train_parity.stack_agreement(zero, "fp32", reference.caps["final"])["agrees"] is True, zero
+
+
+def test_the_run_lists_the_adapters_routes_and_the_adapter_imports_no_softcapgrad():
+    import ast
+
+    from softcapgrad.engines import train_parity
+
+    path = catalog.script(train_parity.ADAPTER)
+    assert set(catalog._literal_routes(path)) == {r.id for r in train_parity.ROUTES}
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert "softcapgrad" not in imported
+    assert {r.id for r in train_parity.ROUTES if r.precision == "bf16"} == {"default-bf16", "eager-bf16"}
