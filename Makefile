@@ -9,15 +9,21 @@
 # make parity: the caps of every capped model type through every engine, each engine from a virtual environment of
 # its own built on first use under ~/.cache/softcapgrad/engines (softcapgrad engines lists them); results/parity.json,
 # parity.md, figures/parity.png. The first run builds every environment (llama.cpp compiles from source).
+# make train-parity: one training step per route (transformers' Trainer at its defaults, fp32 and bf16=True, default
+# and eager attention, and a plain loss.backward()) on parity's tiny models, in the main environment and in the
+# transformers-4 and transformers-5.0 environments where they are built (never built here): results/train-parity.json
+# and train-parity.md (72 routes: about 12 min on the wall with --jobs 2 on 2 shared cores, at most 9 s of CPU each).
+# make default-attention: transformers' default attention on Gemma 2 release by release, bisected (a light
+# environment per release under ~/.cache/softcapgrad/releases, reusing this torch); results/default-attention.json, .md.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-PARITY_TYPES := gemma2 gemma3_text gemma3_text+attention vaultgemma gemma3n_text gemma4_text gemma4_unified_text \
+PARITY_TYPES := gemma2 gemma2+qpas gemma3_text gemma3_text+attention vaultgemma gemma3n_text gemma4_text gemma4_unified_text \
 	recurrent_gemma nanochat beam xlstm inkling2_text inkling2_loop_text
 
-.PHONY: install reproduce test bench census experiment parity clean
+.PHONY: install reproduce test bench census experiment parity train-parity default-attention clean
 
 install: $(STAMP)
 
@@ -41,6 +47,12 @@ experiment: $(STAMP)
 parity: $(STAMP)
 	$(PY) -m softcapgrad parity --install --engine all $(foreach t,$(PARITY_TYPES),--model-type $(t)) --timeout 600 --jobs 2 \
 		--out results
+
+train-parity: $(STAMP)
+	$(PY) -m softcapgrad train-parity --jobs 2 --out results
+
+default-attention: $(STAMP)
+	$(PY) -m softcapgrad parity-releases --out results
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py

@@ -25,7 +25,9 @@ COMMANDS = (
     ("horizon", "laws", "horizon"), ("stacks", "stacks", "stacks"), ("dynamics", "laws", "dynamics"),
     ("gate-demo", "demos", "gate_demo"), ("tether-demo", "demos", "tether_demo"), ("scan", "models", "scan"),
     ("reproduce", "ledger", "reproduce"), ("audit-model", "models", "audit_model"), ("census", "census", "census"),
-    ("experiment", "experiments", "experiment"), ("parity", "engines", "parity"),
+    ("experiment", "experiments", "experiment"), ("tether-experiment", "experiments", "tether_experiment"),
+    ("parity", "engines", "parity"), ("train-parity", "train", "train_parity"),
+    ("parity-releases", "releases", "parity_releases"),
     ("engines", "engines", "engines_app"),
 )
 

@@ -15,10 +15,15 @@ from functools import cache
 from pathlib import Path
 from typing import Callable
 
+from softcapgrad.ledger.gate_claims import gate_claims
+
 
 SOFTCAP_DOC = "softcapgrad.md"
 GATES_DOC = "softmax-softplus-gates.md"
 TETHER_DOC = "tethergate.md"
+
+from softcapgrad.ledger.measured import (  # noqa: E402 - the claims that rest on committed runs
+    experiment_low as _experiment_low, tether_closed_low, why_experiment as _why_experiment, why_tether)
 
 
 def printed_tolerance(stated: str) -> float:
@@ -227,13 +232,9 @@ def _gates(section: str):
         return gates.laguna_check(gates.Shape(), seed=0)
     if section == "cost":
         return gates.layer_cost(gates.Config(D=3072, H_kv=8, d_h=128), 48)
+    if section == "softplus-0":
+        return gates.softplus_at(0.0)
     raise KeyError(section)
-
-
-def _softplus0() -> float:
-    from softcapgrad.demos import gates
-
-    return gates.softplus_at(0.0)
 
 
 # float64 identities between O(1) quantities: a handful of roundings, so 16 ulps of 1.0
@@ -269,41 +270,6 @@ def _stability_boundary() -> float:
     from softcapgrad.demos.tether_demo import stability_boundary
 
     return stability_boundary()
-
-
-EXPERIMENT = Path(__file__).resolve().parents[2] / "results" / "experiment.json"
-
-
-@cache
-def _experiment() -> dict | None:
-    """The committed end-to-end measurement (``make experiment`` regenerates it; reading it keeps reproduce fast)."""
-    import json
-
-    try:
-        return json.loads(EXPERIMENT.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _paired_totals(res: dict | None) -> list[dict]:  # the AdamW cells (depth, shift) with a paired eager ÷ patched
-    return [r for r in (res or {}).get("paired", []) if r.get("total") and r["total"]["geomean"] is not None]
-
-
-def _experiment_low() -> float:
-    """The largest lower end over depths and shifts of the paired eager ÷ patched interval: above 1 = a cost."""
-    return max((r["total"]["low"] for r in _paired_totals(_experiment())), default=math.nan)
-
-
-def _why_experiment() -> str:
-    res = _experiment()
-    if res is None:
-        return "results/experiment.json is missing or unreadable: run make experiment"
-    p, d, f = res["provenance"], res["design"], "{0[geomean]:.4g} [{0[low]:.4g}, {0[high]:.4g}]"
-    per = "; ".join(f"{r['depth']:g}× {r['shift']}: {f.format(r['total'])}" for r in _paired_totals(res))
-    return (f"beyond the document, from results/experiment.json{' (--quick)' if res['quick'] else ''}: tiny Gemma 2, "
-            f"AdamW, {d['task']['shift_fraction']:.0%} of the targets shifted after a confident phase; paired eager ÷ "
-            f"patched step ratios, geometric mean [95% bootstrap] by depth and shift: {per}; seeds {len(p['seeds'])}, "
-            f"torch {p['torch']}, transformers {p['transformers']}, CPU {p['cpu_capability']}")
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -361,7 +327,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("softmax-3", GATES_DOC, "3. Softmax Creates Competing Shares", "softmax([1,2,3])₃", "0.665", "approx",
           lambda: _gates("competition")[2]["softmax"], "reproduced"),
     Claim("softplus-0", GATES_DOC, "2. Softplus Creates A Positive Strength", "s(0) = log 2", "0.693", "approx",
-          _softplus0, "reproduced"),
+          lambda: _gates("softplus-0"), "reproduced"),
     Claim("laguna-gate-values", GATES_DOC, "4. What Computational Delta Does Softplus Add?",
           "per-head gate values per token at D = 3072, H_q = 48", "48", "exact",
           lambda: _gates("cost")["gate_values_per_token"], "reproduced"),
@@ -393,8 +359,13 @@ CLAIMS: tuple[Claim, ...] = (
           "1", "at_most", _stability_boundary, "differs",
           "the spring recurrence d ← (d + lr)(1 − lr·wd) is stable for lr·wd < 2 and monotone below 1; ≪ 1 is "
           "what keeps the offset at 1/wd, not what keeps it stable", 0.0),
+    *gate_claims(Claim, TETHER_DOC),
     Claim("experiment-dead-zone-cost", SOFTCAP_DOC, "Note: the end-to-end measurement left open",
           "end to end, the bf16 dead zone costs no steps: paired per-seed bf16-eager ÷ patched steps-to-recover, "
           "largest lower end of its 95% interval over depths and shifts, at most", "1", "at_most", _experiment_low,
           "differs", _why_experiment, 0.0),
+    Claim("tether-experiment-collapse", TETHER_DOC, "The problem",
+          "end to end, the TetherGate patch leaves fewer gates shut than plain gates: paired plain − tether share of "
+          "gates closed when the branch becomes needed, lower end of its 95% interval, above", "0", "at_least",
+          tether_closed_low, "differs", why_tether, 0.0),
 )
