@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import conditioning, modeltypes, parity  # noqa: E402
+from softcapgrad.engines import alternatives, conditioning, modeltypes, parity  # noqa: E402
 from softcapgrad.engines import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
@@ -107,10 +107,10 @@ def test_an_engine_scaling_by_head_dim_is_named(tmp_path):
 
     src = audit.source(None, "gemma2", ref.tiny_sets("gemma2+qpas"))
     reference, model, ids = parity._prepare(src, TOKENS, 0, tmp_path)
-    assert parity.SCALED in reference.alternatives
+    assert alternatives.SCALED in reference.alternatives
     attention = [m for m in model.modules() if hasattr(m, "attn_logit_softcapping")]
     for m in attention:
         m.scaling = model.config.head_dim ** -0.5
     wrong = ref.logits(model, ids, off=("final",))
     row = verdict.attention_verdict(wrong, reference.caps["attention"], reference, 0.0)
-    assert row["verdict"] == "different" and row.get("fits") == parity.SCALED
+    assert row["verdict"] == "different" and row.get("fits") == alternatives.SCALED

@@ -275,11 +275,11 @@ def test_minus_infinity_where_the_reference_is_representable_is_an_error(capped)
 
 
 def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
-    from softcapgrad.engines import parity
+    from softcapgrad.engines import alternatives
 
     model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the local layer's window binds
     reference = ref.reference(model, ids, ref.bind(model, ids))
-    reference.alternatives.update(parity.window_alternatives(model, ids))
+    reference.alternatives.update(alternatives.window_alternatives(model, ids))
     assert model.config.sliding_window == 4  # restored
     both = reference.alternatives["the sliding window and the attention cap both dropped"]
     rows = _rows(reference, verdict.exact_cap(both, 30.0), both)
@@ -295,10 +295,10 @@ def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
 
 
 def test_caps_swapped_and_the_final_cap_on_the_hidden_state_are_named(capped):
-    from softcapgrad.engines import parity
+    from softcapgrad.engines import alternatives
 
     model, reference = capped
-    reference.final_alternatives.update(parity.swapped_alternatives(model, reference.ids))
+    reference.final_alternatives.update(alternatives.swapped_alternatives(model, reference.ids))
     assert model.config.final_logit_softcapping == 30.0  # restored
     both = reference.final_alternatives[verdict.SWAPPED + ", the final cap on the final hidden state"]
     own = {r["cap"]: r for r in verdict.verdicts({"capped": both, "final off": both}, reference)}

@@ -1,0 +1,81 @@
+"""The models an engine may have computed instead of the reference, each a named form the verdict can match.
+
+A form is the reference model with one known deviation planted (engines/verdict.py compares an engine's
+log-probabilities with each): the local layers' sliding window dropped (with and without the attention cap), the
+scores scaled by the head size where query_pre_attn_scalar is not it, and the two caps' values swapped.
+"""
+
+from __future__ import annotations
+
+from softcapgrad.engines import reference as ref
+from softcapgrad.engines import verdict
+
+
+WINDOWS = ("sliding_window", "attention_window_size")  # the config fields (and module attributes) of a local window
+
+
+def window_alternatives(model, ids) -> dict:
+    """What an engine that drops the local layers' sliding window computes, with and without the attention cap
+    (final cap off, as the attention check compares; and with it, for engines judged on their capped run):
+    the window set far beyond the inputs on the config and on every module that keeps its own copy, then
+    restored."""
+    import contextlib
+
+    saved = [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
+             if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
+    if not saved:
+        return {}
+    with contextlib.ExitStack() as restore:
+        restore.callback(lambda: [setattr(h, f, v) for h, f, v in saved])
+        for h, f, _ in saved:
+            setattr(h, f, 10 * ref.MAX_TOKENS)
+        forms = {"the sliding window not applied": ref.logits(model, ids, off=("final",)),
+                 "the sliding window and the attention cap both dropped": ref.logits(model, ids, off=ref.CAPS)}
+        if model.config.final_logit_softcapping is not None:  # the same with the final cap on (verdict.CAPPED)
+            forms[verdict.CAPPED + "the sliding window not applied"] = ref.logits(model, ids)
+            forms[verdict.CAPPED + "the sliding window and the attention cap both dropped"] = ref.logits(
+                model, ids, off=("attention",))
+        return forms
+
+
+SCALED = "the scores scaled by head_dim**-0.5, not query_pre_attn_scalar**-0.5"
+
+
+def scaling_alternatives(model, ids) -> dict:
+    """Where query_pre_attn_scalar is not the head size: what an engine that scales the scores by the head size
+    computes (final cap off; and on, ``verdict.CAPPED``). Keras Hub reads the field only as whether it equals
+    head_dim, and otherwise scales by hidden_size // num_attention_heads."""
+    config = model.config
+    qpas, head = getattr(config, "query_pre_attn_scalar", None), getattr(config, "head_dim", None)
+    if not qpas or not head or qpas == head:
+        return {}
+    ratio = (qpas / head) ** 0.5  # the module's scores are already times qpas**-0.5
+
+    def rescaled(scores, c):
+        return ref.tanh_cap(scores * ratio, c)
+
+    forms = {SCALED: ref.logits(model, ids, off=("final",), cap_fn=rescaled)}
+    if ref.caps_of(config)["final"] is not None:
+        forms[verdict.CAPPED + SCALED] = ref.logits(model, ids, cap_fn=rescaled)
+    return forms
+
+
+def swapped_alternatives(model, ids) -> dict:
+    """The model with the two caps' values exchanged (the attention cap at the final cap's value and the reverse),
+    as a library that maps the fields the other way round computes it, with the final cap on the logits and on the
+    final hidden state before the output projection (names start with ``verdict.SWAPPED``)."""
+    attention = [m for m in model.modules() if getattr(m, "attn_logit_softcapping", None) is not None]
+    c_final = model.config.final_logit_softcapping
+    if not attention or c_final is None:
+        return {}
+    c_attention = attention[0].attn_logit_softcapping
+    try:
+        for m in attention:
+            m.attn_logit_softcapping = c_final
+        model.config.final_logit_softcapping = c_attention
+        return {verdict.SWAPPED: ref.logits(model, ids),
+                verdict.SWAPPED + ", the final cap on the final hidden state": ref.hidden_capped(model, ids)}
+    finally:
+        for m in attention:
+            m.attn_logit_softcapping = c_attention
+        model.config.final_logit_softcapping = c_final
