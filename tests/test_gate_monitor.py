@@ -128,19 +128,46 @@ def test_monitor_matches_the_brute_force_eager(model_type, dtypes, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", ["lfm3", "laguna", "mixtral"])
-def test_later_steps_watch_only_the_gate_modules_with_the_same_counts(model_type):
+@pytest.mark.parametrize("model_type,autocast", [("lfm3", False), ("laguna", False), ("mixtral", False),
+                                                 ("lfm3", True), ("mixtral", True)])
+def test_later_steps_watch_only_the_gate_modules_with_the_same_counts(model_type, autocast):
     """After the first watched step the mode is on only in the gate modules' own code and the backward is counted
-    through the gates' autograd nodes: the same weights and batch give the same counts, step after step."""
-    model = tiny(model_type)
+    through the gates' autograd nodes; the second step asks whether the torch calls of that code show every gate
+    (softmax(dtype=) and autocast included), and from the third on only those calls are watched: the same weights
+    and batch give the same counts, step after step, whichever watch counted them."""
+    model = tiny(model_type, torch.float32 if autocast else torch.bfloat16)
     monitor = GateMonitor()
-    for _ in range(3):
+    for i in range(4):
         with monitor.step():
-            _step(model)
+            _step(model, autocast)
         assert monitor.sites_only
+        assert monitor._calls_ok is (None if i == 0 else True)
     rows = monitor.rows()
-    assert rows and all(len(set(r.per_step)) == 1 and r.steps == 3 for r in rows)
+    assert rows and all(len(set(r.per_step)) == 1 and r.steps == 4 for r in rows)
     assert any(r.zero_grad_share for r in rows)  # the sited backward counted zeros, as the full mode did
+
+
+def test_a_gate_the_torch_calls_do_not_show_keeps_the_dispatch_watch():
+    """A gate reached through a call the function watch does not map (torch.ops.aten.sigmoid) is seen by the
+    dispatch mode only: the probe says so, and later steps keep the dispatch watch with the same counts."""
+
+    class Gate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return x * torch.ops.aten.sigmoid.default(self.proj(x) * 8.0)
+
+    torch.manual_seed(0)
+    model, x = Gate(), torch.randn(3, 4)
+    monitor = GateMonitor()
+    for _ in range(4):
+        with monitor.step():
+            model(x).sum().backward()
+    assert monitor.sites_only and monitor._calls_ok is False
+    (row,) = monitor.rows()
+    assert row.steps == 4 and len(set(row.per_step)) == 1 and row.count == 4 * 12
 
 
 @pytest.mark.slow

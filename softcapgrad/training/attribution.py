@@ -19,7 +19,7 @@ import torch
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # the monitor's own frames (another monitor's dispatch, the in-graph counter's) are never a call site
-_OWN = {os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py") for name in ("monitor", "attribution", "gatehealth")}
+_OWN = {os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py") for name in ("monitor", "attribution", "gatehealth", "gatecalls")}
 _CALL = torch.nn.Module._call_impl.__code__
 WRAPPERS = ("OptimizedModule", "DistributedDataParallel")
 

@@ -35,10 +35,12 @@ from dataclasses import asdict
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, render_table
 from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, one_step
+from softcapgrad.training.gatecalls import GateCalls
 from softcapgrad.training.sited import SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
     GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, _closed, _saturated, gate_report, no_gate_lookup,
@@ -95,6 +97,8 @@ class GateMonitor(TorchDispatchMode):
         self._learnt: list[weakref.ref] | None = None  # the modules whose own code ran every gate (None: not learnt)
         self._seen: dict[int, weakref.ref] | None = None  # this block's gate modules (None: a gate ran outside one)
         self._sited: SiteWatch | None = None
+        self._calls = GateCalls(self)
+        self._calls_ok: bool | None = None  # whether _GateCalls saw every gate a sited step counted (None: not asked)
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -109,7 +113,14 @@ class GateMonitor(TorchDispatchMode):
         self._regions_before, self._seen = self._compiled.entered, {}
         modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
         if self._learnt is not None and len(modules) == len(self._learnt):
-            self._sited = SiteWatch(self, modules, self._backward_counted, NODES)
+            if self._calls_ok:  # the torch calls of the gate modules' own code: the cheaper watch
+                self._calls.watch(routers=bool(self.routers))
+                self._sited = SiteWatch(self._calls, modules, self._backward_counted, NODES, TorchFunctionMode,
+                                        children=False)
+            else:  # the dispatch mode there; the first such step also asks whether the cheaper watch sees it all
+                self._calls.probe = set() if self._calls_ok is None else None
+                self._sited = SiteWatch(self, modules, self._backward_counted, NODES,
+                                        also=self._calls if self._calls.probe is not None else None)
             return self
         return super().__enter__()
 
@@ -126,6 +137,12 @@ class GateMonitor(TorchDispatchMode):
         finally:
             self._compiled.__exit__(*exc)
             self._learn(sited is not None, raised=exc[0] is not None)
+            probe, self._calls.probe = self._calls.probe, None
+            self._calls.unwatch()
+            if probe is not None and self._learnt is not None and exc[0] is None:
+                self._calls_ok = all(site in probe for site, s in self._block.items() if s.count)
+            if self._learnt is None:
+                self._calls_ok = None
             if not self.held:
                 self.end_step()
             self._by_output.clear()
@@ -222,7 +239,7 @@ class GateMonitor(TorchDispatchMode):
             return
         self._saw(inner)
         self._after(site, y, x)
-        if fn == "sigmoid":
+        if fn == "sigmoid" and not self._calls.watching:  # activations are told apart while the ops are watched
             self._own_input[y.data_ptr()] = (site, {x_ptr, self._scaled.get(x_ptr, x_ptr)}, x)
         self._count(site, x, y)
 
@@ -232,8 +249,11 @@ class GateMonitor(TorchDispatchMode):
         s = self._block.setdefault(site, Step())
         y = y.detach()
         s.count += y.numel()
-        s.closed += _closed(y)
-        s.saturated += _saturated(site.fn, y)
+        low = high = None
+        if y.device.type == "cpu":  # one pass for the range, which usually leaves nothing else to count
+            low, high = (v.item() for v in torch.aminmax(y))
+        s.closed += _closed(y, low)
+        s.saturated += _saturated(site.fn, y, low, high)
         s.total += torch.sum(y, dtype=torch.float64).item()
         low, high = (v.item() for v in torch.aminmax(x.detach()))
         s.low, s.high = min(s.low, low), max(s.high, high)

@@ -76,16 +76,20 @@ class Step:
         self.low, self.high = float("inf"), float("-inf")
 
 
-def _closed(y: torch.Tensor) -> int:
-    low = torch.amin(y).item() if y.device.type == "cpu" else None
+def _closed(y: torch.Tensor, low: float | None = None) -> int:
+    """Elements below CLOSED; none to count where the smallest element ``low`` (read on the CPU) is not."""
     if low is not None and low >= CLOSED:
         return 0
     return int(torch.count_nonzero(y < CLOSED))
 
 
-def _saturated(fn: str, y: torch.Tensor) -> int:
+def _saturated(fn: str, y: torch.Tensor, low: float | None = None, high: float | None = None) -> int:
+    """Elements stored as exactly the value the function only approaches: softplus 0; σ and softmax 0 or 1 (none
+    where the range [low, high] read on the CPU lies inside (0, 1), or above 0 for softplus)."""
     if fn == "softplus":
-        return y.numel() - int(_nonzero(y))
+        return 0 if low is not None and low > 0 else y.numel() - int(_nonzero(y))
+    if low is not None and low > 0 and high < 1:
+        return 0
     return int(_stuck("sigmoid", y))  # σ and softmax: y·(1 − y) is 0 exactly where y is 0 or 1
 
 

@@ -22,6 +22,7 @@ import functools
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 BACKWARD_NODES = ("TanhBackward", "SigmoidBackward")
@@ -30,9 +31,13 @@ BACKWARD_NODES = ("TanhBackward", "SigmoidBackward")
 class SiteWatch:
     """Hooks on the site modules and their children that push ``mode`` in a site's own code only."""
 
-    def __init__(self, mode: TorchDispatchMode, modules: list[torch.nn.Module],
-                 on_backward: Callable[..., None], nodes: tuple[str, ...] = BACKWARD_NODES) -> None:
-        self.mode = mode
+    def __init__(self, mode, modules: list[torch.nn.Module], on_backward: Callable[..., None],
+                 nodes: tuple[str, ...] = BACKWARD_NODES, base: type = TorchDispatchMode, also=None,
+                 children: bool = True) -> None:
+        # ``mode`` is pushed as a ``base`` (a dispatch mode, or a torch function mode); ``also``, a torch
+        # function mode pushed with it in the same places; ``children=False`` leaves the mode on in the site
+        # modules' children too (a function mode sees a Linear's one call for less than two hooks cost)
+        self.modes = [(mode, base)] + ([(also, TorchFunctionMode)] if also is not None else [])
         self.nodes = nodes  # the autograd nodes (by class-name prefix) whose backward is counted
         self.on_backward = on_backward
         self.open = True
@@ -42,7 +47,7 @@ class SiteWatch:
         hooked: dict[int, tuple[torch.nn.Module, bool]] = {}
         for module in modules:
             hooked[id(module)] = (module, True)
-            for child in module.children():
+            for child in module.children() if children else ():
                 hooked.setdefault(id(child), (child, False))
         self._handles = []
         for module, site in hooked.values():
@@ -53,9 +58,11 @@ class SiteWatch:
         if on == self._on:
             return
         if on:
-            TorchDispatchMode.__enter__(self.mode)
+            for mode, base in self.modes:
+                base.__enter__(mode)
         else:
-            TorchDispatchMode.__exit__(self.mode, None, None, None)
+            for mode, base in reversed(self.modes):
+                base.__exit__(mode, None, None, None)
             self.flush()
         self._on = on
 
