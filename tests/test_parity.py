@@ -376,3 +376,21 @@ def test_a_difference_already_at_the_first_token_is_said_to_lie_outside_the_atte
     cap_only = _rows(reference, ref.logits(model, reference.ids, cap_fn=wrong),
                      ref.logits(model, reference.ids, off=("final",), cap_fn=wrong))
     assert cap_only["attention"]["verdict"] == "different" and "outside" not in cap_only["attention"]
+
+
+def test_a_pre_cap_difference_beyond_the_tolerance_is_shown_and_named_whatever_the_verdict():
+    """The final row's pre-cap error (the engine's raw logits without the final cap against transformers') is judged
+    at the logits' own scale: the row's tolerance times its largest |a/c|; beyond it, the table marks it and the
+    answer names the engine even where the cap itself was applied."""
+    from softcapgrad.cli.engines import _answer
+    from softcapgrad.engines import parity
+
+    row = {"engine": "e", "route": "r", "model": "gemma2", "cap": "final", "verdict": "applied", "c": 30.0,
+           "error": 1e-6, "error_off": 100.0, "tolerance": 1e-4, "reach": 4.0, "where": "token 0, id 0",
+           "max_logit": 30.0, "hint": "", "generation": ref.GENERATION}
+    inside, beyond = dict(row, precap_error=3.9e-4), dict(row, precap_error=4.1e-4)
+    assert not parity.precap_beyond(inside) and parity.precap_beyond(beyond)
+    assert parity._precap_cell(beyond).endswith("(beyond)") and parity._precap_cell(dict(row)) == ""
+    data = {"rows": [beyond], "models": [{"model": "gemma2", "reach": {"final": 4.0}}]}
+    assert "e (r) on gemma2" in _answer(data)[1]
+    assert "before the final cap" not in _answer({**data, "rows": [inside]})[1]

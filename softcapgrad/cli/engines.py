@@ -68,6 +68,15 @@ def _answer(data: dict) -> tuple[str, ...]:
              "Every engine that ran applied every cap it was given") + f" (inputs built so that each cap binds; {reach})."
     second = (f"Undecided (neither reference ten times nearer): {'; '.join(coarse)}. " if coarse else "") \
         + f"Applied by: {', '.join(ok) or 'none'}."
+    from softcapgrad.engines.parity import precap_beyond
+
+    upstream: dict = {}
+    for r in rows:
+        if r["cap"] == "final" and precap_beyond(r):
+            upstream.setdefault(f"{r['engine']} ({r['route']})", []).append(r["model"])
+    second += (" Differ from transformers before the final cap by more than the tolerance at that scale, whatever "
+               "the verdict (pre-cap error in the tables): "
+               + "; ".join(f"{k} on {', '.join(v)}" for k, v in upstream.items()) + "." if upstream else "")
     third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else
              "Every engine listed ran.") + " GPU kernels (vLLM's CUDA backends, SGLang, flash-attn): not measured here."
     return first, second, third

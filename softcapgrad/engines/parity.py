@@ -308,6 +308,19 @@ def generation(entry: dict) -> int:
     return entry.get("generation", 1)
 
 
+def precap_beyond(row: dict) -> bool:
+    """Whether the engine's own logits without the final cap (a) differ from transformers' by more than the final
+    cap's tolerance taken at a's scale (n·u·M with M the largest |a|: the row's tolerance × its largest |a/c|)."""
+    e, tol, reach = row.get("precap_error"), row.get("tolerance"), row.get("reach")
+    return e is not None and bool(tol) and isinstance(reach, (int, float)) and e > tol * max(reach, 1.0)
+
+
+def _precap_cell(row: dict) -> str:
+    if row.get("precap_error") is None:
+        return ""
+    return _fmt(row["precap_error"]) + (" (beyond)" if precap_beyond(row) else "")
+
+
 def markdown(data: dict, answer: tuple[str, ...]) -> str:
     """parity.md from the results as ``as_dict`` (or ``merge``) gives them."""
     from softcapgrad.engines.provenance import said
@@ -319,6 +332,9 @@ def markdown(data: dict, answer: tuple[str, ...]) -> str:
     lines = ["# Do the caps survive leaving transformers?", "", *answer, ""]
     lines += [said(data.get("provenance")), ""] if data.get("provenance") else []
     lines += [*mixed, *conditioning_table(data["models"])]
+    lines += ["Pre-cap error (final cap rows): the largest |Δ| between the engine's raw logits without the final cap "
+              "and transformers', beyond when it exceeds the row's tolerance times the largest |a/c| (the same "
+              "rounding bound at the logits' own scale), whatever the verdict.", ""]
     for m in data["models"]:
         reach = ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items() if isinstance(v, float))
         rows = _of(data, "rows", m["model"])
@@ -330,14 +346,15 @@ def markdown(data: dict, answer: tuple[str, ...]) -> str:
                      f"builder made, not re-run on the current ones (generation {ref.GENERATION}): the model "
                      f"facts above are generation {generation(m)}'s." if older else ""), "",
                   "| engine | route | cap | verdict | largest \\|logit\\| | log-prob error | to uncapped | tolerance "
-                  "| where | models | note |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| pre-cap error | where | models | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for row in rows:
             top = f" (top {row['top_k']})" if row.get("top_k") else ""
             top += " (measured on another CPU)" if row.get("other_cpu") else ""
             lines.append(f"| {row['engine']} | {row['route']} | {row['cap']} | {row['verdict']}{top} | "
                          f"{_fmt(row.get('max_logit'))} | {_fmt(row['error'])} | "
-                         f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_fmt(row['where'])} | "
+                         f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_precap_cell(row)} | "
+                         f"{_fmt(row['where'])} | "
                          f"{_generation_cell(row)} | {row.get('hint', '')} |")
         lines += ["", "| engine | route | what ran | versions |", "| --- | --- | --- | --- |"]
         for e in _of(data, "engines", m["model"]):
