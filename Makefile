@@ -10,9 +10,9 @@
 # its own built on first use under ~/.cache/softcapgrad/engines (softcapgrad engines lists them); results/parity.json,
 # parity.md, figures/parity.png. The first run builds every environment (llama.cpp compiles from source).
 # make train-parity: one training step per route (transformers' Trainer at its defaults, fp32 and bf16=True, default
-# and eager attention, and a plain loss.backward()) on parity's tiny models, in the main environment and in the
-# transformers-4 and transformers-5.0 environments where they are built (never built here): results/train-parity.json
-# and train-parity.md (72 routes: about 12 min on the wall with --jobs 2 on 2 shared cores, at most 9 s of CPU each).
+# and eager attention, and a plain loss.backward(); peft LoRA and trl's SFTTrainer at their defaults) on parity's tiny
+# models, in the main environment and in the transformers-4, transformers-5.0 and train-peft environments, built first
+# where missing: results/train-parity.json and train-parity.md.
 # make default-attention: transformers' default attention on Gemma 2 release by release, bisected (a light
 # environment per release under ~/.cache/softcapgrad/releases, reusing this torch); results/default-attention.json, .md.
 PYTHON ?= python3
@@ -49,7 +49,7 @@ parity: $(STAMP)
 		--out results
 
 train-parity: $(STAMP)
-	$(PY) -m softcapgrad train-parity --jobs 2 --out results
+	$(PY) -m softcapgrad train-parity --install --jobs 2 --out results
 
 default-attention: $(STAMP)
 	$(PY) -m softcapgrad parity-releases --out results

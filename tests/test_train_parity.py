@@ -216,3 +216,88 @@ def test_the_run_lists_the_adapters_routes_and_the_adapter_imports_no_softcapgra
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert "softcapgrad" not in imported
     assert {r.id for r in train_parity.ROUTES if r.precision == "bf16"} == {"default-bf16", "eager-bf16"}
+
+
+# --- LoRA (peft) and a fused head (trl's SFTTrainer) -------------------------------------------------------------
+
+ADAPTED = ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.v_proj.weight")
+
+
+def _as_lora(step: tr.Step, rank: int = 4, scale: float = 2.0) -> dict:
+    """What a LoRA step on the same model returns at B = 0: dL/dB = scale·(dL/dW)·Aᵀ for two adapted weights, written
+    and read back through a route's file."""
+    rng = np.random.default_rng(0)
+    a = {n: rng.standard_normal((rank, step.grads[n].shape[1])) / step.grads[n].shape[1] ** 0.5 for n in ADAPTED}
+    arrays = {"loss": np.asarray(step.loss), "logits": step.logits, "precap": step.precap,
+              "precap_grad": step.precap_grad, "lora_scale": np.asarray(scale)}
+    arrays |= {f"grad/{n}": scale * step.grads[n] @ a[n].T for n in ADAPTED} | {f"lora_A/{n}": a[n] for n in ADAPTED}
+    return arrays
+
+
+def _read(tmp_path, arrays) -> tr.Step:
+    np.savez(tmp_path / "lora.npz", **arrays)
+    return tr.read_step(tmp_path / "lora.npz")
+
+
+def test_a_lora_step_is_judged_through_its_adapters(bound, tmp_path):
+    """The references' dL/dW, seen through each adapter's A, decide a LoRA step as they decide a full one."""
+    rows = _rows(bound, _read(tmp_path, _as_lora(_trained(bound, copy.deepcopy(bound[0])))))
+    assert {cap: r["verdict"] for cap, r in rows.items()} == {"attention": tv.APPLIED, "final": tv.APPLIED}, rows
+    assert "LoRA" in rows["attention"]["hint"]
+    planted = _rows(bound, _read(tmp_path, _as_lora(_with_attention(bound, _straight))))
+    assert planted["attention"]["verdict"] == tv.OTHER and planted["attention"]["form"] == tr.FORM_NAMES[0]
+
+
+def test_a_lora_file_without_its_a_or_scale_is_unreadable(bound, tmp_path):
+    arrays = _as_lora(_trained(bound, copy.deepcopy(bound[0])))
+    del arrays["lora_scale"]
+    np.savez(tmp_path / "bad.npz", **arrays)
+    assert "LoRA" in tr.readable(tmp_path / "bad.npz")
+
+
+def _fused(step: tr.Step, ids) -> tr.Step:
+    """The same step as a fused head returns it: each position's log-prob of the next token, no logits, no a."""
+    return tr.Step(step.loss, None, step.grads, token_log_probs=tr.next_token_log_probs(step.logits, ids))
+
+
+def test_a_fused_head_is_judged_on_its_token_log_probs(bound):
+    ids = bound[1]
+    rows = _rows(bound, _fused(_trained(bound, copy.deepcopy(bound[0])), ids))
+    assert {cap: r["verdict"] for cap, r in rows.items()} == {"attention": tv.APPLIED, "final": tv.APPLIED}, rows
+    model = copy.deepcopy(bound[0])
+    model.config.final_logit_softcapping = None  # a fused loss that never applies the final cap
+    dropped = _rows(bound, _fused(_trained(bound, model), ids))
+    assert dropped["final"]["verdict"] == tv.IGNORED and dropped["final"]["forward_cell"] == "final off"
+
+
+def test_a_cap_that_is_not_set_leaves_one_reference_of_each_pair(bound):
+    """Where transformers never applies the attention cap, 'attention off' is 'capped' and 'uncapped' 'final off':
+    one of each twin is judged against, so a step is not equally near two cells."""
+    reference = copy.copy(bound[2])
+    object.__setattr__(reference, "applied", {"attention": False, "final": True})
+    assert list(tv.distinct(reference)) == ["capped", "final off"]
+    assert list(tv.distinct(bound[2])) == ["capped", "attention off", "final off", "uncapped"]
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("train-peft")
+def test_peft_lora_and_trl_sft_through_the_runner(bound, tmp_path, engine_environment):
+    """peft LoRA and trl's SFTTrainer live from their environment on Gemma 2: LoRA keeps both caps forward and
+    backward; SFTTrainer at SFTConfig's defaults trains in bf16 through trl's fused head, and with bf16=False that
+    head keeps both caps forward and backward."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("train-peft")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    routes = {r.id: r for r in train_parity.LIBRARY_ROUTES}
+    seen = {}
+    for name in ("lora", "sft", "sft-fp32"):
+        rows, steps, info = train_parity._route("peft-trl", routes[name], state, reference, tmp_path, ["capped"], 180.0)
+        assert info["reason"] is None, info
+        seen[name] = ([r["verdict"] for r in rows], info["precision"], steps["capped"])
+    assert seen["lora"][:2] == ([tv.APPLIED, tv.APPLIED], "fp32") and seen["lora"][2].lora
+    assert seen["sft"][1] == "bf16" and seen["sft"][2].logits is None  # SFTConfig's default; the fused head
+    assert seen["sft-fp32"][:2] == ([tv.APPLIED, tv.APPLIED], "fp32")

@@ -12,8 +12,12 @@ FILES = ("train-parity.json", "train-parity.md")
 DEFAULT_TYPES = ["gemma2", "gemma3_text", "nanochat"]
 
 
-def _states(names: list[str]) -> dict:
-    """Each environment's state as it is: this check never builds one."""
+def _say(line: str) -> None:
+    typer.echo(f"softcapgrad train-parity: {line}", err=True)
+
+
+def _states(names: list[str], install: bool = False) -> dict:
+    """Each environment's state: as it is, or with ``install`` built first where it is missing or stale."""
     from softcapgrad.engines import environments, train_parity
 
     states = {}
@@ -23,6 +27,8 @@ def _states(names: list[str]) -> dict:
             states[env] = environments.state(env)
             if states[env].state == "untrusted":
                 raise InputError(environments.refusal(states[env], name))
+            if install and env != environments.MAIN and states[env].state != "installed":
+                states[env] = environments.ready(env, True, say=_say, engine=name)
     return states
 
 
@@ -56,8 +62,10 @@ def train_parity(
         "--model-type", help="A capped model type parity builds (repeatable; default gemma2, gemma3_text, "
                               "nanochat).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
-        "--engine", help="transformers, transformers-4, transformers-5.0 or all (repeatable; default all). "
-                         "Environments are used as built, never built here.")] = None,
+        "--engine", help="transformers, transformers-4, transformers-5.0, peft-trl or all (repeatable; default "
+                         "all). Environments are used as built unless --install.")] = None,
+    install: Annotated[bool, typer.Option("--install", help="Build the chosen engines' missing environments "
+                                                            "first.")] = False,
     seq_len: Annotated[int, typer.Option("--seq-len", callback=Bound(2, 512, "the tiny models' positions"),
                                          help="Tokens of the random batch (2 to 512).")] = 16,
     seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the weights and token ids (0 to "
@@ -95,7 +103,7 @@ def train_parity(
         sources = [(t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t))) for t in types]
         for _, src in sources:
             reference.check(src.config)
-        states = _states(names)
+        states = _states(names, install)
         import torch
 
         threads = torch.get_num_threads()
@@ -103,7 +111,7 @@ def train_parity(
         try:
             results = []
             with runner.terminations(), progress.task("train-parity: routes",
-                                                      len(names) * len(run.ROUTES) * len(sources)) as advance:
+                                                      sum(len(run.routes(n)) for n in names) * len(sources)) as advance:
                 for label, src in sources:
                     results.append(run.measure(src, label, names, states, n, s, timeout, advance, jobs))
         finally:

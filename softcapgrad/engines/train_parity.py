@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,22 +31,39 @@ from softcapgrad.engines.environments import MAIN
 from softcapgrad.engines.parity import recorded
 
 ADAPTER = "train_transformers"
-ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0"}
-ROUTES = (
+ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
+           "peft-trl": "train-peft"}
+TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
     catalog.Route("default-bf16", "Trainer with bf16=True (autocast); attention as transformers picks it", "bf16"),
     catalog.Route("eager-bf16", 'Trainer with bf16=True, attn_implementation="eager"', "bf16"),
     catalog.Route("loop-default", "loss.backward() without Trainer (fp32); attention as transformers picks it"),
     catalog.Route("loop-eager", 'loss.backward() without Trainer, attn_implementation="eager"'),
-    catalog.Route("peft", "a LoRA step through peft: whether peft imports"),
-    catalog.Route("trl", "a step through trl: whether trl imports"),
 )
-PROBES = ("peft", "trl")
+LIBRARY_ROUTES = (  # the training libraries on top of the pinned transformers, each at its own defaults
+    catalog.Route("lora", "peft LoRA at LoraConfig(task_type='CAUSAL_LM') defaults, one Trainer step; attention "
+                          "as transformers picks it"),
+    catalog.Route("lora-eager", 'peft LoRA, one Trainer step, attn_implementation="eager"'),
+    catalog.Route("sft", "trl SFTTrainer, one step at SFTConfig's defaults (their precision); attention as "
+                         "transformers picks it"),
+    catalog.Route("sft-eager", 'trl SFTTrainer at SFTConfig\'s defaults, attn_implementation="eager"'),
+    catalog.Route("sft-fp32", "trl SFTTrainer at SFTConfig's defaults but bf16=False; attention as transformers "
+                              "picks it"),
+)
+ROUTES_OF = {"peft-trl": LIBRARY_ROUTES}
+ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of the adapter
+
+
+def routes(engine: str) -> tuple:
+    return ROUTES_OF.get(engine, TRAINER_ROUTES)
+
+
 SWEEP = (12.0, 24.0)  # largest |a/c| of the sweep folders: past fp32's horizon (about 9.01) and bf16's (3.47)
 STACK = "torch-eager-cpu"
 FORMATS = {"fp32": "float32", "bf16": "bfloat16"}
 TIMES = ("cpu_s", "wall_s")
+_JUDGING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -121,10 +139,9 @@ def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], 
     info = _info(engine, route, state)
     if state is None or state.state != "installed":
         why = "not installed" if state is None else f"{state.state} {state.reason}".strip()
-        info["reason"] = (f"environment {ENGINES[engine]} {why} (this check never builds one: softcapgrad engines "
-                          f"install {engine})")
+        info["reason"] = f"environment {ENGINES[engine]} {why} (train-parity --install --engine {engine} builds it)"
         return tv.could_not_run(reference, info["reason"]), {}, info
-    used = folders[:1] if route.id in PROBES else folders
+    used = folders
     work = runner.prepare(tmp / f"run-{engine}-{route.id}", tmp, used)
     try:
         outcome = runner.run(state.python, ADAPTER, route.id, work, used, timeout)
@@ -147,12 +164,16 @@ def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], 
         info["reason"] = outcome.reason or failed.get("capped", "no step written")
         return tv.could_not_run(reference, info["reason"]), {}, info
     shape = reference.steps["capped"].logits.shape
-    wrong = [f"{name}: logits of shape {s.logits.shape}" for name, s in steps.items() if s.logits.shape != shape]
+    wrong = [f"{name}: logits of shape {s.logits.shape}" for name, s in steps.items()
+             if s.logits is not None and s.logits.shape != shape]
+    wrong += [f"{name}: token log-probs of shape {s.token_log_probs.shape}" for name, s in steps.items()
+              if s.logits is None and s.token_log_probs.shape != (shape[0] - 1,)]
     if wrong:
         info["reason"] = f"{wrong[0]}, expected {shape}"
         return tv.could_not_run(reference, info["reason"]), {}, info
     unit = catalog.LOW.get(info["precision"], tv.verdict.FP32)
-    return tv.judge(steps["capped"], reference, unit), steps, info
+    with _JUDGING:  # judging runs the float64 reference model (backprop, patched caps): one route at a time
+        return tv.judge(steps["capped"], reference, unit), steps, info
 
 
 def measure(src, label: str, engines: list[str], states: dict, seq_len: int, seed: int, timeout: float,
@@ -164,7 +185,7 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
         work = Path(tmp)
         reference, model = tr.prepare(src, seq_len, seed, work)
         folders = ["capped", *sweep_folders(model, reference.ids, work)]
-        pairs = [(engine, route) for engine in engines for route in ROUTES]
+        pairs = [(engine, route) for engine in engines for route in routes(engine)]
 
         def one(pair):
             engine, route = pair

@@ -43,6 +43,31 @@ class Step:
     precap: np.ndarray | None = None
     precap_grad: np.ndarray | None = None
     logits_grad: np.ndarray | None = None
+    lora: dict | None = None  # a LoRA step: base weight name -> its adapter's A [r, in]; ``grads`` then hold dL/dB
+    lora_scale: float | None = None
+    token_log_probs: np.ndarray | None = None  # a fused head: each position's log-prob of the next token, no logits
+
+
+def next_token_log_probs(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """log p(x_{t+1}) at each position t but the last, from logits [tokens, vocab] (float64)."""
+    z = np.asarray(logits, dtype=np.float64)
+    lp = z - z.max(axis=-1, keepdims=True)
+    lp = lp - np.log(np.exp(lp).sum(axis=-1, keepdims=True))
+    ids = np.asarray(ids).reshape(-1)
+    return lp[np.arange(len(ids) - 1), ids[1:]]
+
+
+def lora_view(step: Step):
+    """How a full gradient dL/dW reads in a LoRA step's terms: dL/dB = scale·(dL/dW)·Aᵀ at B = 0, for each adapted
+    weight (None: not a LoRA step, gradients compare as they are)."""
+    if not step.lora:
+        return None
+    scale, lora = step.lora_scale, step.lora
+
+    def view(grads: dict) -> dict:
+        return {name: scale * grads[name] @ a.T for name, a in lora.items() if name in grads}
+
+    return view
 
 
 @dataclass(frozen=True)
@@ -65,11 +90,16 @@ def read_step(path: Path) -> Step:
         if isinstance(data, np.ndarray) or not isinstance(data.files, list):
             raise ValueError("not an archive of named arrays")
         values = {k: np.asarray(data[k], dtype=np.float64) for k in data.files}
-    if "logits" not in values or "loss" not in values:
-        raise ValueError("no loss or logits in the step's file")
+    if ("logits" not in values and "token_log_probs" not in values) or "loss" not in values:
+        raise ValueError("no loss, logits or token log-probs in the step's file")
     grads = {k[len("grad/"):]: v for k, v in values.items() if k.startswith("grad/")}
-    return Step(float(values["loss"]), values["logits"], grads, values.get("precap"), values.get("precap_grad"),
-                values.get("logits_grad"))
+    lora = {k[len("lora_A/"):]: v for k, v in values.items() if k.startswith("lora_A/")}
+    if lora and (set(lora) != set(grads) or "lora_scale" not in values
+                 or any(grads[n].ndim != 2 or a.ndim != 2 or grads[n].shape[1] != a.shape[0] for n, a in lora.items())):
+        raise ValueError("a LoRA step's file needs, for each adapted weight, dL/dB [out, r], A [r, in] and the scale")
+    return Step(float(values["loss"]), values.get("logits"), grads, values.get("precap"), values.get("precap_grad"),
+                values.get("logits_grad"), lora or None, float(values["lora_scale"]) if lora else None,
+                values.get("token_log_probs"))
 
 
 def upstream(step: Step, ids: np.ndarray) -> tuple[np.ndarray | None, str]:
@@ -79,7 +109,7 @@ def upstream(step: Step, ids: np.ndarray) -> tuple[np.ndarray | None, str]:
     if step.logits_grad is not None:
         return step.logits_grad, ""
     z = step.logits
-    if z.ndim != 2 or z.shape[0] != np.asarray(ids).size:
+    if z is None or z.ndim != 2 or z.shape[0] != np.asarray(ids).size:
         return None, ""
     p = np.exp(z - z.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)

@@ -68,10 +68,13 @@ def answer(data: dict) -> tuple[str, ...]:
               + (f"The final cap's gradient is first exactly 0 in {zeros}." if zeros else
                  "No route's final-cap gradient reached exactly 0 in the sweeps."))
     reasons: dict = {}
+    ran = {(r["engine"], r["route"], r["model"]) for r in rows
+           if r["verdict"] not in (tv.NOT_RUN, tv.NOT_SET, tv.NO_ARCHITECTURE)}
     for r in rows:
         if r["verdict"] == tv.NOT_RUN:
             why = ": ".join((r.get("hint") or "").split(": ")[:2])
-            reasons.setdefault(why, {})[f"{r['engine']} ({r['route']})"] = None
+            elsewhere = any(k[:2] == (r["engine"], r["route"]) for k in ran)  # then name the model type it failed on
+            reasons.setdefault(why, {})[f"{r['engine']} ({r['route']}{' on ' + r['model'] if elsewhere else ''})"] = None
     third = ("Could not run: " + "; ".join(f"{', '.join(who)}: {why}" for why, who in reasons.items()) + "."
              if reasons else "Every route listed ran.")
     return first, second, third

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from softcapgrad.engines import verdict
-from softcapgrad.engines.train_reference import FORM_NAMES, SWAPPED, upstream
+from softcapgrad.engines.train_reference import FORM_NAMES, SWAPPED, lora_view, next_token_log_probs, upstream
 
 APPLIED = "applied forward and backward"
 OTHER = "applied forward, another gradient"
@@ -51,7 +51,11 @@ def _finite(x) -> bool:
     return x is None or bool(np.all(np.isfinite(x)))
 
 
-def logit_error(step, other) -> float:
+def logit_error(step, other, ids=None) -> float:
+    """The largest |Δ log-prob| of the returned logits; where a fused head returned only each position's log-prob
+    of the next token, of those."""
+    if step.logits is None:
+        return float(np.abs(step.token_log_probs - next_token_log_probs(other.logits, ids)).max())
     return verdict.error(verdict.log_probs(step.logits), verdict.log_probs(other.logits)).value
 
 
@@ -93,7 +97,7 @@ def nearest(errors: dict, tol: float) -> tuple[str | None, str]:
 def local_final(step, c: float, unit: float, ids=None) -> dict | None:
     """The final cap's own arithmetic on the route's own a: forward (z against c·tanh(a/c) and against a) and
     backward (dL/da against dL/dz·sech²(a/c), the upstream unchanged, zero); None where a is not exposed."""
-    if step.precap is None or step.precap.shape != step.logits.shape:
+    if step.precap is None or step.logits is None or step.precap.shape != step.logits.shape:
         return None
     a, z = step.precap, step.logits
     tol = verdict.tolerance(unit, c)
@@ -123,6 +127,20 @@ def local_final(step, c: float, unit: float, ids=None) -> dict | None:
     return out
 
 
+def distinct(reference) -> dict:
+    """The references that are different models: where a cap is not set, or transformers' code never applies it,
+    switching it off changes nothing (``attention off`` is ``capped``, ``uncapped`` is ``final off``), and such a
+    twin would make every step equally near two cells; the first of each pair is kept."""
+    inert = {cap for cap in ("attention", "final") if reference.caps[cap] is None or not reference.applied[cap]}
+    kept, seen = {}, set()
+    for name, step in reference.steps.items():  # capped, attention off, final off, uncapped
+        key = frozenset(ON[name] - inert)
+        if key not in seen:
+            seen.add(key)
+            kept[name] = step
+    return kept
+
+
 def _row(cap: str, c, verdict_: str, hint: str = "", **extra) -> dict:
     return {"cap": cap, "c": c, "verdict": verdict_, "hint": hint, **extra}
 
@@ -148,14 +166,14 @@ def _candidates(step, reference, base: str, local) -> tuple[dict, str]:
 def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> list[dict]:
     """Both caps' rows for one route's step."""
     caps = reference.caps
-    if not all(_finite(x) for x in (step.logits, np.asarray(step.loss), *step.grads.values())):
+    if not all(_finite(x) for x in (step.logits, step.token_log_probs, np.asarray(step.loss), *step.grads.values())):
         return [_row(cap, caps[cap], NOT_FINITE if caps[cap] is not None else NOT_SET,
                      "the loss, the logits or a gradient is not finite") for cap in ("attention", "final")]
     tol = tolerances(reference, unit, once)
-    refs = dict(reference.steps)
+    refs = distinct(reference)
     if reference.swapped is not None:
         refs[SWAPPED] = reference.swapped
-    forward = {k: logit_error(step, s) for k, s in refs.items()}
+    forward = {k: logit_error(step, s, reference.ids) for k, s in refs.items()}
     loss = {k: abs(step.loss - s.loss) for k, s in refs.items()}
     f_cell, f_how = nearest(forward, tol["forward"])
     l_cell, _ = nearest(loss, tol["forward"])
@@ -163,6 +181,10 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     grads, where, said = {}, {}, ""
     if f_cell is not None and SWAPPED not in (f_cell, l_cell):
         candidates, said = _candidates(step, reference, l_cell if l_cell not in (None, f_cell) else f_cell, local)
+        view = lora_view(step)
+        if view is not None:  # a LoRA step: every reference's gradients as the adapters' B see them
+            candidates = {k: view(v) for k, v in candidates.items()}
+            said += "; LoRA: the references' dL/dW as dL/dB = scale·(dL/dW)·Aᵀ of the adapted weights"
         for name, other in candidates.items():
             grads[name], where[name] = grad_error(step.grads, other)
         for cap in reference.forms:

@@ -8,8 +8,15 @@ bf16 over fp32 weights). ``loop-*`` is the plain PyTorch loop without Trainer:
 The model is loaded as adapter_transformers_load loads it (local files only, no remote code;
 ``attn_implementation="eager"`` for routes ending in ``eager``).
 
-Routes ``peft`` and ``trl`` only import that package: where it is missing, its import error is the
-route's reason (their training routes are not written yet).
+Routes ``lora`` and ``lora-eager`` wrap the model in peft's ``get_peft_model`` with ``LoraConfig(task_type=
+"CAUSAL_LM")`` at its defaults (peft's own target modules for the model type, B initialised to zero, so the
+step's logits are the base model's) and run one Trainer step; the step's gradients are those of each adapted
+layer's B, written under the base weight's name, with that layer's A (``lora_A/<weight>``) and scale
+(``lora_scale``): at B = 0, dL/dB = scale·(dL/dW)·Aᵀ, which the check computes from the reference's dL/dW.
+Routes ``sft`` and ``sft-eager`` run one step of trl's ``SFTTrainer`` at ``SFTConfig``'s defaults (with the
+folder's tokenizer), whatever precision those choose, on a dataset of one pre-tokenised example; ``sft-fp32``
+sets ``bf16=False``. SFTTrainer computes its loss through trl's own fused head, which returns each position's
+log-prob of its label and no logits: those are written as ``token_log_probs``.
 
 Per variant folder the adapter writes the returned logits as every adapter does (``VARIANT.npy``), and
 ``WORK/out/ROUTE/VARIANT.npz`` (read with allow_pickle=False):
@@ -37,10 +44,13 @@ ROUTES = {
     "eager-bf16": 'Trainer with bf16=True, loaded with attn_implementation="eager"',
     "loop-default": "model(input_ids, labels).loss.backward() without Trainer (fp32), attention as transformers picks",
     "loop-eager": 'the same loop, loaded with attn_implementation="eager"',
-    "peft": "a LoRA step through peft (this slice only asks whether peft imports here)",
-    "trl": "a step through trl's SFTTrainer (this slice only asks whether trl imports here)",
+    "lora": "peft LoRA at LoraConfig(task_type='CAUSAL_LM') defaults, one Trainer step; attention as transformers "
+            "picks it",
+    "lora-eager": 'the same, loaded with attn_implementation="eager"',
+    "sft": "trl SFTTrainer, one step at SFTConfig's defaults; attention as transformers picks it",
+    "sft-eager": 'the same, loaded with attn_implementation="eager"',
+    "sft-fp32": "trl SFTTrainer, one step at SFTConfig's defaults but bf16=False",
 }
-PROBES = ("peft", "trl")
 PACKAGES = ("transformers", "torch", "accelerate", "peft", "trl")
 
 
@@ -86,6 +96,13 @@ def watch(model, head):
             out.register_hook(keep("precap_grad"))
 
     def on_model(module, args, kwargs, out):
+        if getattr(out, "logits", None) is None and getattr(out, "log_probs", None) is not None:
+            # a fused head (trl's): each position's log-prob of its label, no logits
+            kept["token_log_probs"] = out.log_probs.detach()[0].double().cpu().numpy().copy()
+            kept["logits_dtype"] = f"none (fused head, log-probs {str(out.log_probs.dtype).replace('torch.', '')})"
+            if out.loss is not None:
+                kept["loss"] = float(out.loss.detach().double())
+            return
         logits = out["logits"] if isinstance(out, dict) else out.logits
         kept["logits"] = logits.detach()[0].double().cpu().numpy().copy()
         kept["logits_dtype"] = str(logits.dtype).replace("torch.", "")
@@ -100,13 +117,46 @@ def watch(model, head):
     return kept, lambda: [h.remove() for h in handles]
 
 
+def sft(model, ids, folder: Path, scratch: Path, **changes) -> bool:
+    """One step of trl's SFTTrainer at SFTConfig's defaults (but ``changes``); whether it trained in bf16."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    args = SFTConfig(output_dir=str(scratch), max_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+                     disable_tqdm=True, dataloader_num_workers=0, **changes)
+    data = Dataset.from_dict({"input_ids": [[int(i) for i in ids]]})
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    trainer.train()
+    return bool(trainer.args.bf16)
+
+
+def lora_arrays(model, kept: dict) -> dict:
+    """The adapted layers' dL/dB under their base weight's name, with each layer's A and the scale."""
+    out = {}
+    for name, module in model.named_modules():
+        a = getattr(module, "lora_A", None)
+        if a is None or "default" not in a:
+            continue
+        base = name.removeprefix("base_model.model.") + ".weight"
+        out[f"grad/{base}"] = kept["grad"][f"{name}.lora_B.default.weight"]
+        out[f"lora_A/{base}"] = a["default"].weight.detach().double().cpu().numpy().copy()
+        out["lora_scale"] = np.asarray(float(module.scaling["default"]), dtype=np.float64)
+    if not out:
+        raise RuntimeError("peft adapted no layer of this model")
+    return out
+
+
 def step(model, head, ids, trainer: bool, bf16: bool, scratch: Path) -> dict:
     """One training step of ``model`` on ``ids``; what ``watch`` kept."""
     import torch
 
     kept, remove = watch(model, head)
     try:
-        if trainer:
+        if callable(trainer):  # a library's own trainer: it says whether it chose bf16
+            kept["bf16"] = trainer(model, ids, scratch)
+        elif trainer:
             from transformers import Trainer, TrainingArguments
 
             args = TrainingArguments(output_dir=str(scratch), max_steps=1, report_to="none", save_strategy="no",
@@ -123,34 +173,46 @@ def step(model, head, ids, trainer: bool, bf16: bool, scratch: Path) -> dict:
     return kept
 
 
-def arrays(kept: dict) -> dict:
-    out = {"loss": np.asarray(kept.get("loss", np.nan), dtype=np.float64), "logits": kept["logits"]}
-    for name in ("logits_grad", "precap", "precap_grad"):
+def arrays(kept: dict, model=None) -> dict:
+    out = {"loss": np.asarray(kept.get("loss", np.nan), dtype=np.float64)}
+    for name in ("logits", "token_log_probs", "logits_grad", "precap", "precap_grad"):
         if name in kept:
             out[name] = kept[name]
-    out.update({f"grad/{k}": v for k, v in kept["grad"].items()})
+    if model is not None:  # a LoRA step: its B gradients, A and scale
+        out.update(lora_arrays(model, kept))
+    else:
+        out.update({f"grad/{k}": v for k, v in kept["grad"].items()})
     return out
 
 
 def run_variant(run, variant: str) -> dict:
-    import importlib
-
     import torch
-
-    if run.route in PROBES:  # the import's own error is the row's reason
-        module = importlib.import_module(run.route)
-        raise RuntimeError(f"{run.route} {getattr(module, '__version__', '?')} imports, but its training route is "
-                           "not written yet")
 
     torch.manual_seed(0)
     model, attention, dtype = load(types.SimpleNamespace(route=run.route, folder=run.folder), variant)
-    trainer, bf16 = not run.route.startswith("loop-"), run.route.endswith("-bf16")
-    kept = step(model, model.get_output_embeddings(), run.ids, trainer, bf16, run.scratch(variant))
-    run.did = (f"{'Trainer (one step, defaults)' if trainer else 'loss.backward()'} on {type(model).__name__}, "
-               f"attention {attention}, weights {dtype}{', bf16=True (autocast)' if bf16 else ''}; "
-               f"logits {kept['logits_dtype']}, final cap input {kept.get('precap_dtype', '?')}")
+    head = model.get_output_embeddings()
+    wrapped, how = None, ""
+    if run.route.startswith("lora"):
+        from peft import LoraConfig, get_peft_model
+
+        model = wrapped = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM"))
+        how = "peft LoRA (LoraConfig defaults), "
+    if run.route.startswith("sft"):
+        changes = {"bf16": False} if run.route == "sft-fp32" else {}
+
+        def trainer(m, ids, scratch, folder=run.folder(variant)):
+            return sft(m, ids, folder, scratch, **changes)
+        bf16, how = None, f"trl SFTTrainer (one step, SFTConfig defaults{', bf16=False' if changes else ''})"
+    else:
+        trainer, bf16 = not run.route.startswith("loop-"), run.route.endswith("-bf16")
+        how += "Trainer (one step, defaults)" if trainer else "loss.backward()"
+    kept = step(model, head, run.ids, trainer, bf16, run.scratch(variant))
+    bf16 = kept.pop("bf16", bf16)
+    run.did = (f"{how} on {type(model).__name__}, attention {attention}, weights {dtype}"
+               f"{', bf16=True (autocast)' if bf16 else ''}; logits {kept['logits_dtype']}, final cap input "
+               f"{kept.get('precap_dtype', '?')}")
     run.precision = "bf16" if bf16 else precision(dtype)
-    return arrays(kept)
+    return arrays(kept, wrapped)
 
 
 def main(argv=None) -> int:
@@ -169,7 +231,8 @@ def main(argv=None) -> int:
         try:
             step = run_variant(run, variant)
             np.savez(out / f"{variant}.npz", **step)
-            np.save(out / f"{variant}.npy", step["logits"], allow_pickle=False)  # as the runner reads every adapter
+            shown = step["logits"] if "logits" in step else step["token_log_probs"].reshape(1, -1)  # fused: [1, n−1]
+            np.save(out / f"{variant}.npy", shown, allow_pickle=False)  # as the runner reads every adapter
         except protocol.NoArchitecture as err:
             return protocol.reason(f"the engine has no such architecture: {err}", protocol.NO_ARCHITECTURE)
         except Exception as err:  # noqa: BLE001 -- any failure of the step is the variant's reason
