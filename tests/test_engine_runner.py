@@ -98,12 +98,15 @@ def test_a_hanging_engine_and_what_it_started_are_killed(tmp_path):
     assert not _alive(int(pidfile.read_text()))
 
 
-def test_sigterm_during_parity_kills_the_child_and_leaves_no_folder(tmp_path):
-    """The parent gets SIGTERM while an engine runs: one line, exit 143, no child left, no temporary folder."""
+@pytest.mark.parametrize("command", [["parity", "--engine", "transformers"],
+                                     ["train-parity", "--engine", "transformers", "--model-type", "gemma2"]])
+def test_sigterm_during_parity_kills_the_child_and_leaves_no_folder(tmp_path, command):
+    """The parent gets SIGTERM while an engine (or a training route) runs: one line, exit 143, no child left, no
+    temporary folder."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
-    parent = subprocess.Popen([sys.executable, "-m", "softcapgrad", "parity", "--engine", "transformers",
+    parent = subprocess.Popen([sys.executable, "-m", "softcapgrad", *command,
                                "--seq-len", "12"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     child = None
