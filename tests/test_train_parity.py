@@ -211,6 +211,8 @@ def test_the_run_lists_the_adapters_routes_and_the_adapter_imports_no_softcapgra
 
     path = catalog.script(train_parity.ADAPTER)
     assert set(catalog._literal_routes(path)) == {r.id for r in train_parity.ROUTES}
+    tune = catalog.script(train_parity.ADAPTERS["torchtune"])
+    assert set(catalog._literal_routes(tune)) == {r.id for r in train_parity.TUNE_ROUTES}
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -301,3 +303,50 @@ def test_peft_lora_and_trl_sft_through_the_runner(bound, tmp_path, engine_enviro
     assert seen["lora"][:2] == ([tv.APPLIED, tv.APPLIED], "fp32") and seen["lora"][2].lora
     assert seen["sft"][1] == "bf16" and seen["sft"][2].logits is None  # SFTConfig's default; the fused head
     assert seen["sft-fp32"][:2] == ([tv.APPLIED, tv.APPLIED], "fp32")
+
+
+def test_a_final_cap_on_the_hidden_state_is_applied_to_another_tensor(bound):
+    """torchtune's Gemma2FinalNorm caps the normed hidden state, not the logits: planted here, the final row says
+    so and the attention row is still judged against that model."""
+    model = copy.deepcopy(bound[0])
+    c = model.config.final_logit_softcapping
+    model.config.final_logit_softcapping = None
+    model.get_output_embeddings().register_forward_pre_hook(lambda m, args: (ref.tanh_cap(args[0], c),))
+    rows = _rows(bound, _trained(bound, model))
+    assert rows["final"]["verdict"] == tv.ELSEWHERE and rows["final"]["form"] == tr.HIDDEN, rows["final"]
+    assert rows["attention"]["verdict"] == tv.APPLIED, rows["attention"]
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("torch_tune")
+def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path, engine_environment):
+    """torchtune's full fine-tune step, live from parity's torchtune environment: as its named builders pass the
+    caps, both are swapped and the final one caps the hidden state; with the config's caps the final cap still caps
+    the hidden state. Its gradients, converted back by torchtune's own gemma2_tune_to_hf, come back with the pre- and
+    post-feed-forward norms exchanged (its _convert_weights maps one onto the other): on these models, whose two
+    norms hold the same weights, that is the only gradient beyond the fp32 bound."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("torch_tune")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    routes = {r.id: r for r in train_parity.TUNE_ROUTES}
+    named, _, info = train_parity._route("torchtune", routes["default"], state, reference, tmp_path, ["capped"], 180)
+    assert info["reason"] is None, info
+    assert {r["verdict"] for r in named} == {tv.DIFFERENT} and {r["form"] for r in named} == {tr.SWAPPED_HIDDEN}
+    config, steps, _ = train_parity._route("torchtune", routes["config-caps"], state, reference, tmp_path, ["capped"],
+                                           180)
+    rows = {r["cap"]: r for r in config}
+    assert rows["final"]["verdict"] == tv.ELSEWHERE and rows["final"]["form"] == tr.HIDDEN
+    assert "feedforward_layernorm" in rows["attention"]["grad_where"]
+    step, hidden = steps["capped"], reference.others[tr.HIDDEN]
+    name = "model.layers.0.{}_feedforward_layernorm.weight"
+    exchanged = {**step.grads, name.format("pre"): step.grads[name.format("post")],
+                 name.format("post"): step.grads[name.format("pre")]}
+    for i in range(1, model.config.num_hidden_layers):
+        for a, b in (("pre", "post"), ("post", "pre")):
+            exchanged[f"model.layers.{i}.{a}_feedforward_layernorm.weight"] = \
+                step.grads[f"model.layers.{i}.{b}_feedforward_layernorm.weight"]
+    assert tv.grad_error(exchanged, hidden.grads)[0] <= rows["final"]["grad_tolerance"]

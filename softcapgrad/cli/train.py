@@ -62,7 +62,7 @@ def train_parity(
         "--model-type", help="A capped model type parity builds (repeatable; default gemma2, gemma3_text, "
                               "nanochat).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
-        "--engine", help="transformers, transformers-4, transformers-5.0, peft-trl or all (repeatable; default "
+        "--engine", help="transformers, transformers-4, transformers-5.0, peft-trl, torchtune or all (repeatable; default "
                          "all). Environments are used as built unless --install.")] = None,
     install: Annotated[bool, typer.Option("--install", help="Build the chosen engines' missing environments "
                                                             "first.")] = False,

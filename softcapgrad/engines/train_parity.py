@@ -32,7 +32,8 @@ from softcapgrad.engines.parity import recorded
 
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
-           "peft-trl": "train-peft"}
+           "peft-trl": "train-peft", "torchtune": "torch_tune"}
+ADAPTERS = {"torchtune": "train_torch_tune"}  # engine -> its training adapter (else ADAPTER)
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -51,8 +52,13 @@ LIBRARY_ROUTES = (  # the training libraries on top of the pinned transformers, 
     catalog.Route("sft-fp32", "trl SFTTrainer at SFTConfig's defaults but bf16=False; attention as transformers "
                               "picks it"),
 )
-ROUTES_OF = {"peft-trl": LIBRARY_ROUTES}
-ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of the adapter
+TUNE_ROUTES = (  # torchtune's own Gemma 2, in parity's torchtune environment
+    catalog.Route("default", "torchtune's full fine-tune step on its gemma2 builder, the caps as its named Gemma 2 "
+                             "builders pass them"),
+    catalog.Route("config-caps", "the same step with the caps read from config.json"),
+)
+ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES}
+ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 
 def routes(engine: str) -> tuple:
@@ -144,7 +150,7 @@ def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], 
     used = folders
     work = runner.prepare(tmp / f"run-{engine}-{route.id}", tmp, used)
     try:
-        outcome = runner.run(state.python, ADAPTER, route.id, work, used, timeout)
+        outcome = runner.run(state.python, ADAPTERS.get(engine, ADAPTER), route.id, work, used, timeout)
         steps, unread = {}, {}
         for name in used:
             path = work / "out" / route.id / f"{name}.npz"

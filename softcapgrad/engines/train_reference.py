@@ -28,6 +28,8 @@ import numpy as np
 from softcapgrad.engines import reference as ref
 
 SWAPPED = "the two caps' values swapped"
+HIDDEN = "the final cap on the final hidden state before the output projection"
+SWAPPED_HIDDEN = SWAPPED + ", the final cap on the final hidden state"
 FORM_NAMES = ("straight-through (the upstream gradient unchanged)", "detached (no gradient through the cap)",
               "the gradient of a·tanh(a/c) instead", "the exact backward rounded to bf16")
 
@@ -82,6 +84,7 @@ class TrainReference:
     width: int
     scales: dict
     model: object = None  # the float64 model (train mode), for ``backprop``
+    others: dict = None  # whole-model forms by name (HIDDEN, SWAPPED_HIDDEN) -> Step: the final cap elsewhere
 
 
 def read_step(path: Path) -> Step:
@@ -162,14 +165,22 @@ def forms() -> dict:
     return {name: _form(b) for name, b in zip(FORM_NAMES, backwards)}
 
 
-def step(model, ids: np.ndarray, off=(), attention_fn=None, final_fn=None) -> Step:
+def step(model, ids: np.ndarray, off=(), attention_fn=None, final_fn=None, hidden: bool = False) -> Step:
     """One forward and backward of ``model`` (float64, training mode) with its own loss; ``attention_fn`` and
-    ``final_fn`` compute the caps instead of transformers' code (the final one on the output projection's output)."""
+    ``final_fn`` compute the caps instead of transformers' code (the final one on the output projection's output);
+    ``hidden``: the final cap on the output projection's input instead (the final hidden state)."""
     import torch
 
     c = ref.caps_of(model.config)["final"]
     head = model.get_output_embeddings()
     kept = {}
+    if hidden:
+        off = set(off) | {"final"}
+        pre = head.register_forward_pre_hook(lambda m, args: (ref.tanh_cap(args[0], c),))
+        try:
+            return step(model, ids, off, attention_fn)
+        finally:
+            pre.remove()
 
     def on_head(module, args, out):
         out.retain_grad()
@@ -195,7 +206,7 @@ def step(model, ids: np.ndarray, off=(), attention_fn=None, final_fn=None) -> St
                 None if out.logits.grad is None else out.logits.grad[0].double().numpy())
 
 
-def _swapped(model, ids) -> Step | None:
+def _swapped(model, ids, hidden: bool = False) -> Step | None:
     attention = [m for m in model.modules() if getattr(m, "attn_logit_softcapping", None) is not None]
     final = ref.types.field(model.config, "final")
     c_final = getattr(model.config, final) if final else None
@@ -206,7 +217,7 @@ def _swapped(model, ids) -> Step | None:
         for m in attention:
             m.attn_logit_softcapping = c_final
         setattr(model.config, final, c_attention)
-        return step(model, ids)
+        return step(model, ids, hidden=hidden)
     finally:
         for m in attention:
             m.attn_logit_softcapping = c_attention
@@ -225,8 +236,13 @@ def train_reference(model, ids: np.ndarray, scales: dict, applied: dict) -> Trai
     if caps["final"] is not None:
         by_cap["final"] = {n: step(wide, ids, final_fn=f) for n, f in named.items()}
     width = max(int(np.max(getattr(wide.config, n, 0) or 0)) for n in ("hidden_size", "intermediate_size"))
+    others = {}
+    if caps["final"] is not None:  # a library that caps the normed hidden state (torchtune's Gemma2FinalNorm)
+        others[HIDDEN] = step(wide, ids, hidden=True)
+        if applied["attention"] and (both := _swapped(wide, ids, hidden=True)) is not None:
+            others[SWAPPED_HIDDEN] = both
     return TrainReference(wide.config.model_type, caps, applied, np.asarray(ids).reshape(-1), steps, by_cap,
-                          _swapped(wide, ids) if applied["attention"] else None, width, scales, wide)
+                          _swapped(wide, ids) if applied["attention"] else None, width, scales, wide, others)
 
 
 def backprop(reference: TrainReference, precap_grad: np.ndarray, attention_fn=None) -> dict:

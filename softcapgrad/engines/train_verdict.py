@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from softcapgrad.engines import verdict
-from softcapgrad.engines.train_reference import FORM_NAMES, SWAPPED, lora_view, next_token_log_probs, upstream
+from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, SWAPPED, SWAPPED_HIDDEN, lora_view,
+                                                 next_token_log_probs, upstream)
 
 APPLIED = "applied forward and backward"
 OTHER = "applied forward, another gradient"
@@ -42,7 +43,8 @@ NOT_BOUND = "not bound"
 NOT_SET = "not set"
 NO_ARCHITECTURE = "no such architecture"
 BAD = (OTHER, IGNORED, ELSEWHERE, NOT_FINITE, DIFFERENT)
-ON = {"capped": {"attention", "final"}, "attention off": {"final"}, "final off": {"attention"}, "uncapped": set()}
+ON = {"capped": {"attention", "final"}, "attention off": {"final"}, "final off": {"attention"}, "uncapped": set(),
+      HIDDEN: {"attention"}}  # HIDDEN: the attention cap in place, the final one on another tensor
 BF16 = 2.0 ** -8
 LOWER = "computed in a lower precision than the forward"
 
@@ -157,7 +159,7 @@ def _candidates(step, reference, base: str, local) -> tuple[dict, str]:
         if "attention" in reference.forms:
             out.update({("attention", n): backprop(reference, step.precap_grad, fn) for n, fn in forms().items()})
         return out, "; the route's own dL/da carried back through the reference"
-    out = {"exact": reference.steps[base].grads}
+    out = {"exact": {**reference.steps, **(reference.others or {})}[base].grads}
     if base == "capped":
         out.update({(cap, n): s.grads for cap, named in reference.forms.items() for n, s in named.items()})
     return out, ""
@@ -173,13 +175,14 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     refs = distinct(reference)
     if reference.swapped is not None:
         refs[SWAPPED] = reference.swapped
+    refs.update(reference.others or {})
     forward = {k: logit_error(step, s, reference.ids) for k, s in refs.items()}
     loss = {k: abs(step.loss - s.loss) for k, s in refs.items()}
     f_cell, f_how = nearest(forward, tol["forward"])
     l_cell, _ = nearest(loss, tol["forward"])
     local = local_final(step, caps["final"], unit, reference.ids) if caps["final"] is not None else None
     grads, where, said = {}, {}, ""
-    if f_cell is not None and SWAPPED not in (f_cell, l_cell):
+    if f_cell is not None and not {SWAPPED, SWAPPED_HIDDEN} & {f_cell, l_cell}:
         candidates, said = _candidates(step, reference, l_cell if l_cell not in (None, f_cell) else f_cell, local)
         view = lora_view(step)
         if view is not None:  # a LoRA step: every reference's gradients as the adapters' B see them
@@ -228,8 +231,11 @@ def _lower(cap: str, grads: dict, low: float | None, tol: float) -> str | None:
 
 def _cap_row(cap, c, judged, local, extra) -> dict:
     f_cell, f_how, l_cell, g_cell, g_how = (judged[k] for k in ("f_cell", "f_how", "l_cell", "g_cell", "g_how"))
-    if SWAPPED in (f_cell, l_cell):
-        return _row(cap, c, DIFFERENT, f"matches {SWAPPED}", form=SWAPPED, **extra)
+    for form in (SWAPPED, SWAPPED_HIDDEN):
+        if form in (f_cell, l_cell):
+            return _row(cap, c, DIFFERENT, f"matches {form}", form=form, **extra)
+    if f_cell == HIDDEN and cap == "final":
+        return _row(cap, c, ELSEWHERE, f"the returned logits match {HIDDEN} ({f_how})", form=HIDDEN, **extra)
     if f_cell is None:
         if local and local["forward"] == "applied" and cap == "final":
             return _from_local(cap, c, local, f"the whole model cannot be placed ({f_how}); judged on the final "

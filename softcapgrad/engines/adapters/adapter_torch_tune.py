@@ -32,7 +32,9 @@ def caps(run: protocol.Run, config: dict) -> dict:
             "final_capping_value": config.get("final_logit_softcapping")}, "config.json"
 
 
-def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+def build(run: protocol.Run, variant: str):
+    """torchtune's Gemma 2 with the folder's weights as the route takes it: (model, caps passed, their source,
+    config.json)."""
     import torch
     from torchtune.models.gemma2 import gemma2
     from torchtune.training import FullModelHFCheckpointer, ModelType
@@ -60,6 +62,13 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
                    sliding_window_size=config["sliding_window"],
                    query_pre_attn_scalar=config["query_pre_attn_scalar"], **values)
     model.load_state_dict(state)
+    return model, values, source, config
+
+
+def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+    import torch
+
+    model, values, source, _ = build(run, variant)
     model.eval()
     with torch.no_grad():
         out = model(torch.as_tensor(run.ids).view(1, -1))[0].double().numpy()

@@ -215,14 +215,17 @@ def run_variant(run, variant: str) -> dict:
     return arrays(kept, wrapped)
 
 
-def main(argv=None) -> int:
-    """``WORK ROUTE VARIANT...`` as adapter_protocol.main reads them; one .npz per variant and info.json."""
+def main(argv=None, routes=None, run_variant=None, packages=PACKAGES) -> int:
+    """``WORK ROUTE VARIANT...`` as adapter_protocol.main reads them; one .npz per variant and info.json. Another
+    training adapter passes its own ``routes``, ``run_variant`` (returning the arrays ``arrays`` gives) and
+    ``packages``."""
     argv = sys.argv[1:] if argv is None else argv
+    routes, run_variant = routes or ROUTES, run_variant or globals()["run_variant"]
     if len(argv) < 3:
         return protocol.reason("usage: WORK ROUTE VARIANT...", protocol.FAILED)
     work, route, variants = Path(argv[0]), argv[1], argv[2:]
-    if route not in ROUTES:
-        return protocol.reason(f"unknown route {route!r}; this adapter has {', '.join(ROUTES)}", protocol.FAILED)
+    if route not in routes:
+        return protocol.reason(f"unknown route {route!r}; this adapter has {', '.join(routes)}", protocol.FAILED)
     run = protocol.Run(work, route, variants, np.load(work / "ids.npy", allow_pickle=False).astype(np.int64))
     out = work / "out" / route
     out.mkdir(parents=True, exist_ok=True)
@@ -240,8 +243,8 @@ def main(argv=None) -> int:
             failed[variant] = " ".join(f"{type(err).__name__}: {err}".split())[:400]
     if len(failed) == len(variants):
         return protocol.reason(failed[variants[0]], protocol.FAILED)
-    info = {"route": route, "route_text": ROUTES[route], "did": run.did, "precision": run.precision,
-            "versions": protocol.versions(PACKAGES), "failed": failed}
+    info = {"route": route, "route_text": routes[route], "did": run.did, "precision": run.precision,
+            "versions": protocol.versions(packages), "failed": failed}
     (out / "info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return 0
 
