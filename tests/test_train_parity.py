@@ -211,8 +211,8 @@ def test_the_run_lists_the_adapters_routes_and_the_adapter_imports_no_softcapgra
 
     path = catalog.script(train_parity.ADAPTER)
     assert set(catalog._literal_routes(path)) == {r.id for r in train_parity.ROUTES}
-    tune = catalog.script(train_parity.ADAPTERS["torchtune"])
-    assert set(catalog._literal_routes(tune)) == {r.id for r in train_parity.TUNE_ROUTES}
+    for engine, adapter in train_parity.ADAPTERS.items():
+        assert set(catalog._literal_routes(catalog.script(adapter))) == {r.id for r in train_parity.routes(engine)}
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -350,3 +350,22 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
             exchanged[f"model.layers.{i}.{a}_feedforward_layernorm.weight"] = \
                 step.grads[f"model.layers.{i}.{b}_feedforward_layernorm.weight"]
     assert tv.grad_error(exchanged, hidden.grads)[0] <= rows["final"]["grad_tolerance"]
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("lit_gpt")
+def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path, engine_environment):
+    """LitGPT's finetune_full step, live from parity's LitGPT environment: its named gemma-2-2b config carries both
+    caps, applied forward and backward; its converter gives the output head a copy of the tied embedding, which the
+    route says (the two gradients are summed as the tied model's)."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("lit_gpt")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    rows, _, info = train_parity._route("litgpt", train_parity.LIT_ROUTES[0], state, reference, tmp_path, ["capped"],
+                                        180)
+    assert info["reason"] is None and "lm_head is a parameter of its own" in info["did"], info
+    assert [r["verdict"] for r in rows] == [tv.APPLIED, tv.APPLIED], rows

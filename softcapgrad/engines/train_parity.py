@@ -32,8 +32,8 @@ from softcapgrad.engines.parity import recorded
 
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
-           "peft-trl": "train-peft", "torchtune": "torch_tune"}
-ADAPTERS = {"torchtune": "train_torch_tune"}  # engine -> its training adapter (else ADAPTER)
+           "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt"}
+ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt"}  # engine -> its training adapter (else ADAPTER)
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -57,7 +57,9 @@ TUNE_ROUTES = (  # torchtune's own Gemma 2, in parity's torchtune environment
                              "builders pass them"),
     catalog.Route("config-caps", "the same step with the caps read from config.json"),
 )
-ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES}
+LIT_ROUTES = (catalog.Route("default", "LitGPT's full fine-tune step on its own GPT, converted with the family's "
+                                       "named config"),)
+ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 

@@ -40,7 +40,8 @@ def sizes(config: dict) -> dict:
     return out
 
 
-def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+def build(run: protocol.Run, variant: str):
+    """LitGPT's GPT with the folder's weights as the route converts them: (model, its Config, the named config)."""
     import torch
     from litgpt import GPT, Config
     from litgpt.scripts.convert_hf_checkpoint import convert_hf_checkpoint
@@ -59,10 +60,17 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     torch.set_default_dtype(torch.float32)
     model = GPT(lit_config)
     model.load_state_dict(torch.load(folder / "lit_model.pth", weights_only=True, map_location="cpu"))
+    return model, lit_config, NAMED[kind]
+
+
+def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+    import torch
+
+    model, lit_config, named = build(run, variant)
     model.eval()
     with torch.no_grad():
         out = model(torch.as_tensor(run.ids).view(1, -1))[0].double().numpy()
-    run.did = (f"litgpt convert_hf_checkpoint(model_name={NAMED[kind]}), GPT({NAMED[kind]} with config.json's "
+    run.did = (f"litgpt convert_hf_checkpoint(model_name={named}), GPT({named} with config.json's "
                f"sizes): attention_logit_softcapping={lit_config.attention_logit_softcapping}, "
                f"final_logit_softcapping={lit_config.final_logit_softcapping}, fp32, no KV cache")
     run.notes = ["LitGPT's converter reads no config.json: the caps are its named config's, whatever the folder says"]
