@@ -14,7 +14,7 @@ import sys
 
 import adapter_protocol as protocol
 from adapter_lit_gpt import build
-from adapter_train_transformers import main
+from adapter_train_transformers import converted, main
 
 ROUTES = {"default": "litgpt finetune_full's step (chunked_cross_entropy, fp32) on GPT from convert_hf_checkpoint with "
                      "the family's named config, its sizes from config.json"}
@@ -22,7 +22,6 @@ PACKAGES = ("litgpt", "torch")
 
 
 def run_variant(run: protocol.Run, variant: str) -> dict:
-    import numpy as np
     import torch
     from litgpt.scripts.convert_lit_checkpoint import copy_weights_gemma_2, copy_weights_gemma_3
     from litgpt.utils import chunked_cross_entropy
@@ -47,10 +46,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                + ("; lm_head is a parameter of its own, a copy of the embedding (training unties them): their "
                   "gradients summed here as the tied model's" if untied else ""))
     run.precision = "fp32"
-    out = {"loss": np.asarray(float(loss.detach()), dtype=np.float64),
-           "logits": logits.detach()[0].double().numpy().copy()}
-    out.update({f"grad/{k}": v.double().numpy().copy() for k, v in hf.items()})
-    return out
+    return converted(loss, logits, hf)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 
 import adapter_protocol as protocol
 from adapter_torch_tune import build
-from adapter_train_transformers import main
+from adapter_train_transformers import converted, main
 
 ROUTES = {
     "default": "full fine-tune step (CEWithChunkedOutputLoss, fp32) on the gemma2 builder with the caps as torchtune's "
@@ -26,7 +26,6 @@ PACKAGES = ("torchtune", "torchao", "torch")
 
 
 def run_variant(run: protocol.Run, variant: str) -> dict:
-    import numpy as np
     import torch
     from torchtune.models.gemma2._convert_weights import gemma2_tune_to_hf
     from torchtune.modules.loss import CEWithChunkedOutputLoss
@@ -49,10 +48,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                f"final_capping_value={values['final_capping_value']} (from {source}); one full fine-tune step, "
                "CEWithChunkedOutputLoss, fp32")
     run.precision = "fp32"
-    out = {"loss": np.asarray(float(loss.detach()), dtype=np.float64),
-           "logits": logits.detach()[0].double().numpy().copy()}
-    out.update({f"grad/{k}": v.double().numpy().copy() for k, v in hf.items()})
-    return out
+    return converted(loss, logits, hf)
 
 
 if __name__ == "__main__":

@@ -215,6 +215,15 @@ def run_variant(run, variant: str) -> dict:
     return arrays(kept, wrapped)
 
 
+def converted(loss, logits, grads: dict) -> dict:
+    """A library's own step as this adapter writes one: its loss, logits [tokens, vocab] and each gradient already
+    under transformers' parameter names (torch tensors), as float64 arrays."""
+    out = {"loss": np.asarray(float(loss.detach()), dtype=np.float64),
+           "logits": logits.detach()[0].double().cpu().numpy().copy()}
+    out.update({f"grad/{k}": v.detach().double().cpu().numpy().copy() for k, v in grads.items()})
+    return out
+
+
 def main(argv=None, routes=None, run_variant=None, packages=PACKAGES) -> int:
     """``WORK ROUTE VARIANT...`` as adapter_protocol.main reads them; one .npz per variant and info.json. Another
     training adapter passes its own ``routes``, ``run_variant`` (returning the arrays ``arrays`` gives) and
