@@ -356,7 +356,7 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
 @pytest.mark.engine_environments("lit_gpt")
 def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path, engine_environment):
     """LitGPT's finetune_full step, live from parity's LitGPT environment: its named gemma-2-2b config carries both
-    caps, applied forward and backward; its converter gives the output head a copy of the tied embedding, which the
+    caps, applied forward and backward (the final one on its own a, which the route exposes); its converter gives the output head a copy of the tied embedding, which the
     route says (the two gradients are summed as the tied model's)."""
     from softcapgrad.engines import runner, train_parity
     from softcapgrad.engines.vocabulary import write_tokenizer
@@ -369,3 +369,4 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
                                         180)
     assert info["reason"] is None and "lm_head is a parameter of its own" in info["did"], info
     assert [r["verdict"] for r in rows] == [tv.APPLIED, tv.APPLIED], rows
+    assert "sech²(a/c) of the route's own a" in rows[1]["hint"]  # its a exposed: the cap's own arithmetic judged

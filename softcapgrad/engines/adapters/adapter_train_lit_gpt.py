@@ -5,7 +5,8 @@ sizes from config.json, the caps from the named config, whatever the folder says
 ``litgpt finetune_full``'s: ``model(input_ids)`` in training mode, ``chunked_cross_entropy(logits[..., :-1, :],
 targets[..., 1:])``, its backward, fp32. Each parameter's gradient goes back to transformers' names through
 LitGPT's own ``copy_weights_gemma_2`` / ``copy_weights_gemma_3`` (the fused qkv split as the converter splits the
-weights). LitGPT's converter copies Gemma's tied embedding into an output head of its own, so the step trains two
+weights); the output projection's output (the final cap's input a) and the gradients at a and at the logits are
+kept, for the route's own first zero. LitGPT's converter copies Gemma's tied embedding into an output head of its own, so the step trains two
 parameters where transformers has one: their gradients are summed into the embedding's, as the tied model's is at
 the first step, and the route says so. Written as adapter_train_transformers writes a step (its ``main``).
 """
@@ -29,8 +30,19 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
     torch.manual_seed(0)
     model, config, named = build(run, variant)
     model.train()
+    kept = {}
+
+    def on_head(module, args, out):  # the final cap's input a (GPT caps lm_head's output) and dL/da
+        kept["precap"] = out
+        out.register_hook(lambda g: kept.__setitem__("precap_grad", g))
+
+    handle = model.lm_head.register_forward_hook(on_head)
     ids = torch.as_tensor(run.ids).view(1, -1)
-    logits = model(ids)
+    try:
+        logits = model(ids)
+    finally:
+        handle.remove()
+    logits.register_hook(lambda g: kept.__setitem__("logits_grad", g))
     loss = chunked_cross_entropy(logits[..., :-1, :], ids[..., 1:])
     loss.backward()
     grads = {n: p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}
@@ -46,7 +58,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                + ("; lm_head is a parameter of its own, a copy of the embedding (training unties them): their "
                   "gradients summed here as the tied model's" if untied else ""))
     run.precision = "fp32"
-    return converted(loss, logits, hf)
+    return converted(loss, logits, hf, **kept)
 
 
 if __name__ == "__main__":

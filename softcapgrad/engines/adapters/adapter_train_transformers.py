@@ -215,11 +215,13 @@ def run_variant(run, variant: str) -> dict:
     return arrays(kept, wrapped)
 
 
-def converted(loss, logits, grads: dict) -> dict:
+def converted(loss, logits, grads: dict, **kept) -> dict:
     """A library's own step as this adapter writes one: its loss, logits [tokens, vocab] and each gradient already
-    under transformers' parameter names (torch tensors), as float64 arrays."""
+    under transformers' parameter names (torch tensors), as float64 arrays; ``kept``: ``precap``, ``precap_grad``,
+    ``logits_grad`` where the library exposes them ([1, tokens, vocab] tensors)."""
     out = {"loss": np.asarray(float(loss.detach()), dtype=np.float64),
            "logits": logits.detach()[0].double().cpu().numpy().copy()}
+    out.update({k: v.detach()[0].double().cpu().numpy().copy() for k, v in kept.items() if v is not None})
     out.update({f"grad/{k}": v.detach().double().cpu().numpy().copy() for k, v in grads.items()})
     return out
 
