@@ -59,8 +59,8 @@ class GateCalls(TorchFunctionMode):
         kwargs = kwargs or {}
         kind, fn = role
         x = args[0] if args else None
-        if not isinstance(x, torch.Tensor):
-            return func(*args, **kwargs)
+        if not isinstance(x, torch.Tensor) or torch.compiler.is_compiling():  # traced code: counted, if at all,
+            return func(*args, **kwargs)  # where it runs compiled (the monitor names compiled regions)
         before = (x.data_ptr(), x.clone() if kind == "forward_" else x)
         out = func(*args, **kwargs)
         m = self.monitor
