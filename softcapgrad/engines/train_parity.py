@@ -67,7 +67,7 @@ def routes(engine: str) -> tuple:
     return ROUTES_OF.get(engine, TRAINER_ROUTES)
 
 
-SWEEP = (12.0, 24.0)  # largest |a/c| of the sweep folders: past fp32's horizon (about 9.01) and bf16's (3.47)
+SWEEP = (12.0, 24.0)  # largest |a/c| of the sweep folders: past fp32's and bf16's horizons (softcapgrad horizon)
 STACK = "torch-eager-cpu"
 FORMATS = {"fp32": "float32", "bf16": "bfloat16"}
 TIMES = ("cpu_s", "wall_s")
