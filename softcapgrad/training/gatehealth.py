@@ -36,12 +36,11 @@ from typing import Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, render_table
 from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, one_step
 from softcapgrad.training.gatecalls import GateCalls
-from softcapgrad.training.sited import SiteWatch
+from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
     GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, _closed, _saturated, gate_report, no_gate_lookup,
 )
@@ -60,7 +59,7 @@ _ROLE = {id(op): ("forward", fn) for op, fn in FORWARD.items()} | {id(op): ("bac
     | {id(op): ("choose", "") for op in CHOOSERS} | {id(op): ("mul", "") for op in SCALERS}
 
 
-class GateMonitor(TorchDispatchMode):
+class GateMonitor(SitedMode):
     """Wrap a forward and backward (or ``with monitor.step():`` each training step, one in ``every``);
     ``rows()`` / ``report()`` / ``table()`` give one row per gate site, as DeadZoneMonitor does for caps.
 
@@ -104,51 +103,33 @@ class GateMonitor(TorchDispatchMode):
     def ignore_compile_internals(cls) -> bool:
         return True  # compiled regions run compiled (uncounted, and said so), never traced through the mode
 
-    def __enter__(self):
-        self._depth += 1
-        if self._depth > 1:
-            return self
+    def _open(self) -> None:
         self.watched += not self.held
-        self._compiled.__enter__()
-        self._regions_before, self._seen = self._compiled.entered, {}
-        modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
-        if self._learnt is not None and len(modules) == len(self._learnt):
-            if self._calls_ok:  # the torch calls of the gate modules' own code: the cheaper watch
-                self._calls.watch(routers=bool(self.routers))
-                self._sited = SiteWatch(self._calls, modules, self._backward_counted, NODES, TorchFunctionMode,
-                                        children=False)
-            else:  # the dispatch mode there; the first such step also asks whether the cheaper watch sees it all
-                self._calls.probe = set() if self._calls_ok is None else None
-                self._sited = SiteWatch(self, modules, self._backward_counted, NODES,
-                                        also=self._calls if self._calls.probe is not None else None)
-            return self
-        return super().__enter__()
+        self._seen = {}
 
-    def __exit__(self, *exc):
-        self._depth -= 1
-        if self._depth:
-            return None
-        sited, self._sited = self._sited, None
-        try:
-            if sited is not None:
-                sited.close()
-            else:
-                return super().__exit__(*exc)
-        finally:
-            self._compiled.__exit__(*exc)
-            self._learn(sited is not None, raised=exc[0] is not None)
-            probe, self._calls.probe = self._calls.probe, None
-            self._calls.unwatch()
-            if probe is not None and self._learnt is not None and exc[0] is None:
-                self._calls_ok = all(site in probe for site, s in self._block.items() if s.count)
-            if self._learnt is None:
-                self._calls_ok = None
-            if not self.held:
-                self.end_step()
-            self._by_output.clear()
-            self._own_input.clear()
-            self._scaled.clear()
-            self._softmax.clear()
+    def _watch(self, modules: list) -> SiteWatch:
+        if self._calls_ok:  # the torch calls of the gate modules' own code: the cheaper watch
+            self._calls.watch(routers=bool(self.routers))
+            return SiteWatch(self._calls, modules, self._backward_counted, NODES, TorchFunctionMode, children=False)
+        # the dispatch mode there; the first such step also asks whether the cheaper watch sees it all
+        self._calls.probe = set() if self._calls_ok is None else None
+        return SiteWatch(self, modules, self._backward_counted, NODES,
+                         also=self._calls if self._calls.probe is not None else None)
+
+    def _closed(self, sited: bool, exc: tuple) -> None:
+        self._learn(sited, raised=exc[0] is not None)
+        probe, self._calls.probe = self._calls.probe, None
+        self._calls.unwatch()
+        if probe is not None and self._learnt is not None and exc[0] is None:
+            self._calls_ok = all(site in probe for site, s in self._block.items() if s.count)
+        if self._learnt is None:
+            self._calls_ok = None
+        if not self.held:
+            self.end_step()
+        self._by_output.clear()
+        self._own_input.clear()
+        self._scaled.clear()
+        self._softmax.clear()
 
     def _learn(self, sited: bool, raised: bool) -> None:
         """After a block over every op: watch only its gate modules' own code from the next block on (the

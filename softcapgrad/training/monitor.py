@@ -44,7 +44,6 @@ from dataclasses import asdict
 
 import torch
 from torch._ops import HigherOrderOperator
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph, ranks
@@ -52,7 +51,7 @@ from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, one_step, path_name, recomputing,
     short_file,
 )
-from softcapgrad.training.sited import SiteWatch
+from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.tally import (
     Site, SiteRow, rows_report, _add, _largest, _lost_mass, _past, _stuck, _Tally, _zero_grads,
 )
@@ -75,7 +74,7 @@ LOW = (torch.bfloat16, torch.float16)
 # --- the monitor -------------------------------------------------------------------------------
 
 
-class DeadZoneMonitor(TorchDispatchMode):
+class DeadZoneMonitor(SitedMode):
     """Wrap a forward and backward; ``rows()`` / ``report()`` give one row per module, call site and format.
 
     ``keep_inputs=True`` also keeps a CPU fp32 copy of every tanh / sigmoid input (for audits that
@@ -127,38 +126,21 @@ class DeadZoneMonitor(TorchDispatchMode):
     def ignore_compile_internals(cls) -> bool:
         return True  # let torch.compile run compiled code; its in-graph counters call the monitor
 
-    def __enter__(self):
-        self._depth += 1
-        if self._depth > 1:  # already active (``with m:`` around ``with m.step():``): the outer block counts, once
-            return self
+    def _open(self) -> None:
         self.watched += 1
-        self._compiled.__enter__()
         self._watcher = (threading.get_ident(), self._compiled_input)
         ingraph.WATCHERS.append(self._watcher)  # compiled caps' counters call it, mode or no mode
-        self._regions_before, self._ops, self._seen = self._compiled.entered, 0, {}
-        modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
-        if self._learnt is not None and len(modules) == len(self._learnt):
-            self._sited = SiteWatch(self, modules, self._backward_counted)
-            return self
-        return super().__enter__()
+        self._ops, self._seen = 0, {}
 
-    def __exit__(self, *exc):
-        self._depth -= 1
-        if self._depth:
-            return None
-        sited, self._sited = self._sited, None
-        try:
-            if sited is not None:
-                sited.close()
-            else:
-                return super().__exit__(*exc)
-        finally:
-            self._compiled.__exit__(*exc)
-            ingraph.WATCHERS.remove(self._watcher)
-            self._learn(sited is not None, raised=exc[0] is not None)
-            self._by_output.clear()  # storages are reused: a later watched step must not pair with these
-            self._inputs.clear()
-            self._scaled = None
+    def _watch(self, modules: list) -> SiteWatch:
+        return SiteWatch(self, modules, self._backward_counted)
+
+    def _closed(self, sited: bool, exc: tuple) -> None:
+        ingraph.WATCHERS.remove(self._watcher)
+        self._learn(sited, raised=exc[0] is not None)
+        self._by_output.clear()  # storages are reused: a later watched step must not pair with these
+        self._inputs.clear()
+        self._scaled = None
 
     def step(self):
         """One training step: watched when it is one of every ``every`` (the first, then each N-th), else untouched."""

@@ -101,3 +101,38 @@ class SiteWatch:
         self._set(False)
         self.flush()
 
+
+
+class SitedMode(TorchDispatchMode):
+    """The with-block both monitors share. Nested blocks count once (the outermost); a block runs the dispatch mode
+    over every op until one has shown where the sites are, then ``_watch(modules)`` returns the SiteWatch that
+    watches only there. A subclass sets ``_depth``, ``_learnt``, ``_sited`` and ``_compiled``, and gives
+    ``_open()`` (a block starts), ``_watch(modules)`` and ``_closed(sited, exc)`` (a block ended, its compiled
+    regions counted)."""
+
+    def __enter__(self):
+        self._depth += 1
+        if self._depth > 1:  # already active (``with m:`` around ``with m.step():``): the outer block counts, once
+            return self
+        self._compiled.__enter__()
+        self._regions_before = self._compiled.entered
+        self._open()
+        modules = [m for m in (ref() for ref in self._learnt or ()) if m is not None]
+        if self._learnt is not None and len(modules) == len(self._learnt):
+            self._sited = self._watch(modules)
+            return self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth:
+            return None
+        sited, self._sited = self._sited, None
+        try:
+            if sited is not None:
+                sited.close()
+            else:
+                return super().__exit__(*exc)
+        finally:
+            self._compiled.__exit__(*exc)
+            self._closed(sited is not None, exc)
