@@ -370,3 +370,42 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
     assert info["reason"] is None and "lm_head is a parameter of its own" in info["did"], info
     assert [r["verdict"] for r in rows] == [tv.APPLIED, tv.APPLIED], rows
     assert "sech²(a/c) of the route's own a" in rows[1]["hint"]  # its a exposed: the cap's own arithmetic judged
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("torch_tune")
+def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path, engine_environment):
+    """The same exchange seen forward, where parity's tiny models hide it: with distinct weights in the two
+    feed-forward norms, torchtune's log-probs (parity's adapter, config caps) lie within the fp32 whole-model bound of
+    transformers' model with those norms exchanged (and the final cap on the hidden state), and far from the model
+    as the folder holds it."""
+    import torch
+
+    from softcapgrad.engines import runner, verdict
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("torch_tune")
+    model, ids = copy.deepcopy(bound[0]), bound[1]
+    g = torch.Generator().manual_seed(1)
+    layers = model.model.layers
+    with torch.no_grad():
+        for layer in layers:
+            for norm in (layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm):
+                norm.weight.copy_(torch.randn(norm.weight.shape, generator=g) * 0.5)
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    outcome = runner.run(state.python, "torch_tune", "config-caps", tmp_path, ["capped"], 180)
+    assert outcome.reason is None, outcome.reason
+    engine = verdict.log_probs(outcome.logits["capped"])
+    as_held = verdict.log_probs(ref.hidden_capped(model, ids))
+    with torch.no_grad():
+        for layer in layers:
+            pre, post = layer.pre_feedforward_layernorm.weight, layer.post_feedforward_layernorm.weight
+            swapped = pre.clone()
+            pre.copy_(post)
+            post.copy_(swapped)
+    exchanged = verdict.log_probs(ref.hidden_capped(model, ids))
+    width = max(model.config.hidden_size, model.config.intermediate_size)
+    bound_fp32 = verdict.tolerance(verdict.FP32, float(np.abs(outcome.logits["capped"]).max()), width)
+    assert verdict.error(engine, exchanged).value <= bound_fp32
+    assert verdict.error(engine, as_held).value > 1000 * bound_fp32
