@@ -1,6 +1,7 @@
 """Every tiny model parity builds is numerically healthy (engines/conditioning.py): its norms see inputs far above
 their epsilon, each cap moves the log-probabilities far past its fp32 tolerance, and fp32 rounding stays inside the
-whole-model tolerance. The measurement itself catches the models the earlier builder made."""
+whole-model tolerance, and exchanging two norms of a layer is seen. The measurement itself catches the models the
+earlier builder made."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import alternatives, conditioning, modeltypes, parity  # noqa: E402
+from softcapgrad.engines import alternatives, conditioning, modeltypes, norms, parity  # noqa: E402
 from softcapgrad.engines import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
@@ -114,3 +115,51 @@ def test_an_engine_scaling_by_head_dim_is_named(tmp_path):
     wrong = ref.logits(model, ids, off=("final",))
     row = verdict.attention_verdict(wrong, reference.caps["attention"], reference, 0.0)
     assert row["verdict"] == "different" and row.get("fits") == alternatives.SCALED
+
+
+def test_every_exchange_of_two_norms_moves_the_log_probs_far_past_the_tolerance(measured):
+    _, c = measured
+    assert c.identical == 0
+    assert c.exchange is None or c.exchange >= conditioning.EXCHANGE_MIN, c.exchanged
+    assert (c.pairs == 0) == (c.exchange is None and c.symmetric == 0)
+
+
+def test_norms_left_at_the_class_init_are_caught():
+    """Gemma 2 with its norms back at the class's gain (w = 0, gain 1 + w): each of the 2 × 6 pairs of a layer's
+    four norms is identical, exchanging them is no change, and the figure fails its bound."""
+    import torch
+
+    model, ids, reference = _bound("gemma2")
+    with torch.no_grad():
+        for norm, _ in norms.norm_modules(model).values():
+            norm.weight.zero_()
+    reference = ref.reference(model, ids, {})
+    c = conditioning.measure(model, ids, reference, "gemma2")
+    assert c.pairs == 6 * model.config.num_hidden_layers and c.identical == c.pairs
+    assert not c.healthy["norm exchange"]
+
+
+def test_scalar_query_and_key_gains_exchange_symmetrically():
+    """A query and a key norm whose gains are two scalars: q·k carries their product, whichever holds which, so the
+    exchange moves the log-probs by rounding alone and is counted as a symmetry, not judged."""
+    import torch
+
+    model, ids, reference = _bound("gemma3_text")
+    for m in model.modules():
+        if hasattr(m, "q_norm"):
+            with torch.no_grad():
+                m.q_norm.weight.fill_(-0.5)  # gain 1 + w: 0.5 on every channel
+                m.k_norm.weight.zero_()  # 1
+    reference = ref.reference(model, ids, {})
+    c = conditioning.measure(model, ids, reference, "gemma3_text")
+    assert c.symmetric == model.config.num_hidden_layers
+
+
+def test_a_per_head_layer_norm_is_probed_per_head():
+    """xLSTM's multi-head norm takes (batch, positions, heads, head size) and subtracts each head's mean: it is
+    found to multiply by w (not 1 + w), where Gemma 2's norms multiply by 1 + w."""
+    gemma, _, _ = _bound("gemma2")
+    xlstm, _, _ = _bound("xlstm")
+    multihead = [m for n, (m, _) in norms.norm_modules(xlstm).items() if n.endswith("multihead_norm")]
+    assert multihead and not any(norms.plus_one(m) for m in multihead)
+    assert all(norms.plus_one(m) for m, _ in norms.norm_modules(gemma).values())

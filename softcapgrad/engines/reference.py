@@ -26,11 +26,13 @@ import numpy as np
 
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import modeltypes as types
+from softcapgrad.engines import norms
 
 SUPPORTED = tuple(types.LABELS)  # labels of causal models parity builds (engines/modeltypes.py)
 NOT_YET = types.NOT_YET
 CAPS = ("attention", "final")
-GENERATION = 2  # the builder's: 2 spreads the weights by the width (modeltypes.INIT_RANGE) and opens closed paths
+GENERATION = 3  # the builder's: 2 spreads the weights by the width (modeltypes.INIT_RANGE) and opens closed paths;
+# 3 draws each norm's gains apart (modeltypes.NORM_SPREAD), so that an engine that exchanges two norms is seen
 TARGET = 4.0  # largest |a/c| the inputs are scaled to reach at every cap: tanh(4) = 0.99933, well past the knee
 PARAMETER_LIMIT = 50_000_000  # each engine converts and runs the model in 30 s on a CPU core: tiny models only
 MAX_TOKENS = 512
@@ -68,8 +70,8 @@ def check(config) -> None:
 
 def build(src, seed: int):
     """The model in fp32 with eager attention, random weights from ``seed`` (or the directory's, kept as they are).
-    Random weights have the paths their class's init closes opened and, where no attention cap is set, softer
-    queries (modeltypes.OPENED, SOFT_QUERIES)."""
+    Random weights have the paths their class's init closes opened, each norm's gains drawn apart and, where no
+    attention cap is set, softer queries (modeltypes.OPENED, NORM_SPREAD, SOFT_QUERIES)."""
     import torch
 
     from softcapgrad.models import audit
@@ -91,11 +93,16 @@ def _open(model) -> None:
             for suffix, value in opened.items():
                 if name.endswith(suffix):
                     p.fill_(value)
+        for norm, _ in norms.norm_modules(model).values():
+            weight = getattr(norm, "weight", None)
+            if weight is not None and weight.dim() == 1:
+                gains = 1 + types.NORM_SPREAD * (2 * torch.rand(weight.shape, dtype=torch.float64) - 1)
+                norms.gain(norm, gains)
     if caps_of(model.config)["attention"] is not None:
         return
     for m in model.modules():
         if hasattr(m, "q_norm") and getattr(m.q_norm, "weight", None) is not None:
-            _gain(m.q_norm, types.SOFT_QUERIES)
+            norms.gain(m.q_norm, types.SOFT_QUERIES)
         elif getattr(getattr(m, "q_proj", None), "weight", None) is not None and hasattr(m, "k_proj"):
             with torch.no_grad():
                 m.q_proj.weight.mul_(types.SOFT_QUERIES)
@@ -218,30 +225,6 @@ def logits(model, ids: np.ndarray, off=(), cap_fn: CapFn | None = None, final_fn
     return out.double().numpy()
 
 
-def _plus_one(norm) -> bool:
-    """Whether the norm multiplies by (1 + w) (Gemma's) rather than by w: measured with w set to zero."""
-    import torch
-
-    saved = norm.weight.detach().clone()
-    with torch.no_grad():
-        norm.weight.zero_()
-        out = norm(torch.ones(1, saved.shape[-1]))
-        norm.weight.copy_(saved)
-    return bool(out.abs().max() > 0)
-
-
-def _gain(norm, k: float) -> None:
-    """A norm's output times ``k``: w -> k(1 + w) - 1 where it multiplies by (1 + w), w -> k w where by w."""
-    import torch
-
-    plus_one = _plus_one(norm)
-    with torch.no_grad():
-        if plus_one:
-            norm.weight.copy_(k * (1 + norm.weight) - 1)
-        else:
-            norm.weight.mul_(k)
-
-
 def _final_site(model):
     """What scales the logits: the output projection where it is not tied to the input embeddings, else the
     final norm's gain (both are linear in the logits)."""
@@ -261,7 +244,7 @@ def _scale_final(model, k: float) -> str:
 
     name, site = _final_site(model)
     if name == "final norm":
-        _gain(site, k)
+        norms.gain(site, k)
     else:
         with torch.no_grad():
             site.weight.mul_(k)
@@ -284,7 +267,7 @@ def bind(model, ids: np.ndarray, target: float = TARGET) -> dict[str, float]:
             k = target / seen[i] if seen.get(i) else 1.0
             attn = layer.self_attn
             if hasattr(attn, "q_norm"):
-                _gain(attn.q_norm, k)
+                norms.gain(attn.q_norm, k)
             else:
                 with torch.no_grad():
                     attn.q_proj.weight.mul_(k)
