@@ -342,7 +342,9 @@ def test_a_row_beyond_its_bound_says_which_reference_it_is_nearest(capped):
     off = reference.logits["uncapped"] + noise
     rows = _rows(reference, verdict.exact_cap(off, 30.0), off)
     assert rows["attention"]["verdict"] == "different"
-    assert rows["attention"]["hint"].startswith("nearest the model without the attention cap")
+    assert "nearest the model without the attention cap" in rows["attention"]["hint"]
+    # the noise is at the first token as well, where no attention cap acts: part of the difference lies elsewhere
+    assert rows["attention"]["hint"].startswith("already ") and "part of the difference" in rows["attention"]["hint"]
 
 
 def test_a_difference_already_at_the_first_token_is_said_to_lie_outside_the_attention_cap(capped):
@@ -394,3 +396,70 @@ def test_a_pre_cap_difference_beyond_the_tolerance_is_shown_and_named_whatever_t
     data = {"rows": [beyond], "models": [{"model": "gemma2", "reach": {"final": 4.0}}]}
     assert "e (r) on gemma2" in _answer(data)[1]
     assert "before the final cap" not in _answer({**data, "rows": [inside]})[1]
+
+
+def test_entries_below_fp32s_smallest_normal_are_left_out_and_counted():
+    """A probability under 2^-126 holds fewer than 24 bits in any fp32 softmax: where both sides lie below its log
+    the entry is not compared, and the row counts it; an engine's -inf where the reference's log-prob is above it
+    (-80 > log 2^-126 = -87.3) is an error."""
+    reference = np.log(np.array([[0.5, 0.5 - 2e-39, 1e-39, 1e-40]]))  # the last two below 2^-126 ≈ 1.18e-38
+    engine = reference.copy()
+    engine[0, 2:] = -np.inf
+    e = verdict.error(engine, reference)
+    assert e.value == 0.0 and e.left_out == 2
+    row = verdict._row("final", 30.0, "applied", e, e, 1e-6)
+    assert row["left_out"] == 2 and "left_out" not in verdict._row("final", 30.0, "applied", verdict.Error(0, 0, 0),
+                                                                     None, 1e-6)
+    above = np.log(np.array([[0.5, 0.5 - np.exp(-80.0), np.exp(-80.0)]]))
+    wrong = above.copy()
+    wrong[0, 2] = -np.inf
+    assert verdict.error(wrong, above).value == np.inf and verdict.error(wrong, above).left_out == 0
+
+
+RELOAD = """import sys
+import numpy as np
+import adapter_protocol as protocol
+
+EXPECTED = {expected!r}
+
+
+def run_variant(run, variant):
+    a = np.load(EXPECTED[variant], allow_pickle=False)
+    if {moves}:  # noise of a tenth of a logit, drawn anew on each load
+        a = a + np.random.default_rng(int.from_bytes(__import__("os").urandom(8), "little")).normal(0, 0.1, a.shape)
+    return 30.0 * np.tanh(a / 30.0) * 1.01 if variant == "capped" else a  # the cap altered: c·tanh(a/c)·1.01
+
+raise SystemExit(protocol.main({{"default": "planted"}}, run_variant))
+"""
+
+
+@pytest.mark.parametrize("moves", [False, True])
+def test_a_finding_is_loaded_twice_and_a_model_that_changes_is_not_deterministic(capped, tmp_path, moves):
+    """A route with a finding runs its capped folder once more in a new child: a model that moves from load to load
+    (here by noise of a tenth of a logit, drawn anew each time) is 'not deterministic' on both rows, never a cap verdict; one that
+    gives the same logits keeps its finding, and records how far apart the two loads were (0)."""
+    import sys
+    from pathlib import Path
+
+    from softcapgrad.engines import catalog, determinism, environments, parity
+
+    model, reference = capped
+    path = tmp_path / "final-off.npy"
+    np.save(path, ref.logits(model, reference.ids, off=("final",)))
+    expected = {parity.FOLDERS["capped"]: str(path), parity.FOLDERS["final off"]: str(path)}
+    script = tmp_path / "adapter_planted.py"
+    script.write_text(RELOAD.format(expected=expected, moves=moves), encoding="utf-8")
+    engine = catalog.Engine("planted", "main", script, (catalog.Route("default", "planted"),), "planted")
+    state = environments.State("main", "installed", None, Path(sys.executable), {}, 0, "")
+    work = tmp_path / "inputs"
+    work.mkdir()
+    np.save(work / "ids.npy", reference.ids)
+    for folder in parity.FOLDERS.values():
+        (work / folder).mkdir()
+    rows, info = parity._route_rows(engine, engine.routes[0], state, reference, work, 120)
+    final = {r["cap"]: r for r in rows}["final"]
+    if moves:
+        assert {r["verdict"] for r in rows} == {determinism.NOT_DETERMINISTIC}
+        assert info["second_load"] > 0 and "loaded twice" in final["hint"]
+    else:
+        assert final["verdict"] == "different" and info["second_load"] == 0.0

@@ -77,8 +77,11 @@ def _answer(data: dict) -> tuple[str, ...]:
     second += (" Differ from transformers before the final cap by more than the tolerance at that scale, whatever "
                "the verdict (pre-cap error in the tables): "
                + "; ".join(f"{k} on {', '.join(v)}" for k, v in upstream.items()) + "." if upstream else "")
+    unstable = sorted({f"{r['engine']} ({r['route']}) on {r['model']}" for r in rows
+                       if r["verdict"] == "not deterministic"})
     third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else
-             "Every engine listed ran.") + " GPU kernels (vLLM's CUDA backends, SGLang, flash-attn): not measured here."
+             "Every engine listed ran.") + (f" A model that changes from load to load (no cap verdict given): "
+                                            f"{'; '.join(unstable)}." if unstable else "") + " GPU kernels (vLLM's CUDA backends, SGLang, flash-attn): not measured here."
     return first, second, third
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
-from softcapgrad.engines import catalog, conditioning, modeltypes, runner, verdict
+from softcapgrad.engines import catalog, conditioning, determinism, modeltypes, runner, verdict
 from softcapgrad.engines.alternatives import scaling_alternatives, swapped_alternatives, window_alternatives
 from softcapgrad.engines.vocabulary import write_tokenizer
 
@@ -112,6 +112,22 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float,
         outcome = runner.run(state.python, engine.adapter, route.adapter_route, work, folders, timeout)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    rows, info = _judged(engine, route, reference, outcome, info, kept)
+    if not any(r["verdict"] in determinism.FINDINGS for r in rows):
+        return rows, info
+    again = determinism.load_again(state.python, engine.adapter, route.adapter_route, tmp / f"again-{engine.name}-"
+                                   f"{route.id}", tmp, FOLDERS["capped"], timeout)
+    return determinism.reloaded(rows, outcome.logits.get(FOLDERS["capped"]), again, reference, info,
+                                _as_judged(route, info).unit, route.once), info
+
+
+def _as_judged(route, info: dict):
+    """The route with the precision its child reported."""
+    return catalog.Route(route.id, route.text, info["precision"], route.argument, route.once)
+
+
+def _judged(engine, route, reference, outcome, info: dict, kept: Path | None) -> tuple[list, dict]:
+    """The rows of one route's outcome."""
     recorded(info, outcome, route.precision)
     _keep_outputs(kept, engine, route, outcome)
     if outcome.no_architecture:
@@ -127,7 +143,7 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float,
     if wrong:
         info["reason"] = f"logits of shape {wrong[0]}, expected {shape}"
         return verdict.could_not_run(reference, info["reason"]), info
-    judged = catalog.Route(route.id, route.text, info["precision"], route.argument, route.once)
+    judged = _as_judged(route, info)
     output = str(outcome.info.get("output", "logits"))
     return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit, failed, output), info
 
@@ -173,28 +189,9 @@ def _generation_cell(entry: dict) -> str:
     return f"{g}" if g == ref.GENERATION else f"{g} (earlier models)"
 
 
-def conditioning_table(models: list[dict]) -> list[str]:
-    """The Markdown lines of each model's conditioning (engines/conditioning.py), with the bound each must keep."""
-    lines = ["## Conditioning of the models", "",
-             f"Each model as built: the smallest mean square entering any norm over its epsilon (at least "
-             f"{conditioning.NORM_MIN:g}), each cap's largest log-prob effect over the fp32 tolerance its verdict uses "
-             f"(at least {conditioning.CAP_MIN:g}), and fp32 against the same weights in fp64 over the whole-model "
-             f"tolerance (at most {conditioning.NOISE_MAX:g}). A figure that misses its bound is marked (!).", "",
-             "| model type | worst norm | its ms/eps | attention cap Δ/tol | final cap Δ/tol | fp32 noise/tol |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for m in models:
-        c = m.get("conditioning")
-        if not isinstance(c, dict):
-            lines.append(f"| {m['model']} | not measured (generation {generation(m)}) | | | | |")
-            continue
-        ok = c.get("healthy", {})
-        names = (("norm_ratio", "norms"), ("attention", "attention cap"), ("final", "final cap"),
-                 ("noise", "fp32 noise"))
-        mark = {key: "" if ok.get(name, True) else " (!)" for key, name in names}
-        lines.append(f"| {m['model']} | {c['norm']} | {_fmt(c['norm_ratio'])}{mark['norm_ratio']} | "
-                     f"{_fmt(c['attention']) or 'not set'}{mark['attention']} | {_fmt(c['final']) or 'not set'}"
-                     f"{mark['final']} | {_fmt(c['noise'])}{mark['noise']} |")
-    return lines + [""]
+def _left_out(row: dict) -> str:
+    n = row.get("left_out")
+    return f" ({n} below fp32's smallest normal on both sides, left out)" if n else ""
 
 
 def not_here() -> list[dict]:
@@ -331,7 +328,7 @@ def markdown(data: dict, answer: tuple[str, ...]) -> str:
               f"generation {ref.GENERATION}: the 'models' column of each table says which.", ""] if earlier else [])
     lines = ["# Do the caps survive leaving transformers?", "", *answer, ""]
     lines += [said(data.get("provenance")), ""] if data.get("provenance") else []
-    lines += [*mixed, *conditioning_table(data["models"])]
+    lines += [*mixed, *conditioning.table(data["models"], generation)]
     lines += ["Pre-cap error (final cap rows): the largest |Δ| between the engine's raw logits without the final cap "
               "and transformers', beyond when it exceeds the row's tolerance times the largest |a/c| (the same "
               "rounding bound at the logits' own scale), whatever the verdict.", ""]
@@ -354,7 +351,7 @@ def markdown(data: dict, answer: tuple[str, ...]) -> str:
             lines.append(f"| {row['engine']} | {row['route']} | {row['cap']} | {row['verdict']}{top} | "
                          f"{_fmt(row.get('max_logit'))} | {_fmt(row['error'])} | "
                          f"{_fmt(row['error_off'])} | {_fmt(row['tolerance'])} | {_precap_cell(row)} | "
-                         f"{_fmt(row['where'])} | "
+                         f"{_fmt(row['where'])}{_left_out(row)} | "
                          f"{_generation_cell(row)} | {row.get('hint', '')} |")
         lines += ["", "| engine | route | what ran | versions |", "| --- | --- | --- | --- |"]
         for e in _of(data, "engines", m["model"]):

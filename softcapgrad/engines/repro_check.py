@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-LN_TINY = float(np.log(2.0 ** -149))  # below the smallest fp32 number a probability is 0 in any fp32 softmax
+# fp32's smallest normal number: a probability below it holds fewer than 24 bits (none below 2^-149, where it is
+# 0), so an engine's log-probability there is not its softmax's to fp32 precision, and such entries are not judged
+LN_TINY = float(np.log(2.0 ** -126))
 RATIO = 10.0
 
 
@@ -37,8 +39,15 @@ def top_mask(lp, k):
     return mask
 
 
+def unrepresentable(lp, other, mask=None):
+    """The entries left out of a comparison: both sides below fp32's smallest normal (within ``mask``)."""
+    both = (np.asarray(lp) <= LN_TINY) & (np.asarray(other) <= LN_TINY)
+    return int((both if mask is None else both & mask).sum())
+
+
 def worst(lp, other, mask):
-    """The largest |Δ log-prob| and where (position, token id)."""
+    """The largest |Δ log-prob| and where (position, token id), over the entries where either side is at least
+    fp32's smallest normal."""
     with np.errstate(invalid="ignore"):
         diff = np.abs(lp - other)
     diff = np.where((lp <= LN_TINY) & (other <= LN_TINY), 0.0, diff)

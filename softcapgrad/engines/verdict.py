@@ -25,7 +25,7 @@ at most 2δ. The final cap's check is its own arithmetic at the scale c (a divis
 product, each within a few fp32 ulps): δ = K·u·c with K = 16. The attention check crosses the whole
 model: a dot product of n terms in a format of unit roundoff u is within n·u of its magnitude
 (the textbook γ_n bound), so δ = (n·u + w)·M, with n the model's longest reduction (its hidden or
-MLP width), M the largest |logit| and w the unit roundoff of any step an engine rounds once to a
+MLP width), M the largest |pre-cap logit| (model_scale) and w the unit roundoff of any step an engine rounds once to a
 coarser format (llama.cpp's GELU reads an fp16 table). A bf16 cap moves logits by up to half a bf16
 ulp of c, 2^-9·c, far outside both.
 """
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softcapgrad.engines.repro_check import LN_TINY, log_probs, top_mask, worst  # noqa: F401 (re-exported)
+from softcapgrad.engines.repro_check import LN_TINY, log_probs, top_mask, unrepresentable, worst  # noqa: F401
 from softcapgrad.engines.forms import ALTERNATIVE_UNITS, ALTERNATIVES, _round, cap_in, exact_cap  # noqa: F401
 
 K = 16
@@ -49,6 +49,15 @@ CAPPED = "with the final cap: "  # an attention alternative computed with the fi
 
 
 
+def model_scale(reference, *more: np.ndarray) -> float:
+    """M of the whole-model tolerance: the largest |logit| of the reference's capped and final-off runs (and of
+    ``more``), so the largest |pre-cap a|. A capped log-prob's error is the pre-cap logits' error, made at that
+    magnitude, times tanh's slope (at most 1): the capped comparisons take the pre-cap M, not the capped logits'
+    (at most c), which a model bound to a = 4c would hold to a quarter of its own rounding."""
+    runs = [reference.logits[v] for v in ("capped", "final off") if v in reference.logits] + list(more)
+    return float(max(np.abs(r).max() for r in runs))
+
+
 def tolerance(unit: float, scale: float, roundings: float = K, once: float = 0.0) -> float:
     """2δ with δ = (roundings·unit + once)·scale: the largest log-prob error allowed."""
     return 2 * (roundings * unit + once) * scale
@@ -59,6 +68,7 @@ class Error:
     value: float  # largest |Δ log-prob|
     token: int
     vocab: int
+    left_out: int = 0  # entries with both sides below fp32's smallest normal, not compared
 
 
 def top(lp: np.ndarray, k: int) -> np.ndarray | None:
@@ -67,11 +77,12 @@ def top(lp: np.ndarray, k: int) -> np.ndarray | None:
 
 
 def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = None) -> Error:
-    """The largest |Δ log-prob|, leaving out entries where both sides lie below LN_TINY: a probability under
-    the smallest fp32 number is zero in any fp32 softmax, so an engine that returns log-probabilities gives
-    -inf there, and no fp32 computation tells those entries apart. The code is the reproduction bundles'
-    (repro_check.worst), so that a bundle compares as parity did."""
-    return Error(*worst(lp, reference_lp, mask))
+    """The largest |Δ log-prob|, leaving out entries where both sides lie below LN_TINY, the log of fp32's smallest
+    normal number: a probability under it holds fewer than 24 bits in any fp32 softmax (under 2^-149 it is 0, and
+    an engine that returns log-probabilities gives -inf), so no fp32 computation's log-prob is exact there. How
+    many were left out is kept. The code is the reproduction bundles' (repro_check.worst), so that a bundle
+    compares as parity did."""
+    return Error(*worst(lp, reference_lp, mask), unrepresentable(lp, reference_lp, mask))
 
 
 def _nonfinite(*arrays) -> int:
@@ -84,7 +95,8 @@ def _row(cap: str, c, verdict: str, applied: Error | None, ignored: Error | None
             "error": None if applied is None else applied.value,
             "error_off": None if ignored is None else ignored.value,
             "where": None if applied is None else f"token {applied.token}, id {applied.vocab}",
-            "tolerance": tol, **extra}
+            "tolerance": tol, **({"left_out": applied.left_out} if applied is not None and applied.left_out else {}),
+            **extra}
 
 
 def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, reference, k: int = 0,
@@ -116,7 +128,7 @@ def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, re
         return _row("final", c, "ignored", applied, ignored, tol, hint="", **extra)
     hint = _nearest(lp, a, c, applied.value, mask, unit)
     if hint.startswith("matches none"):  # forms that change the model upstream of the logits: whole-model tolerance
-        model_tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+        model_tol = tolerance(unit, model_scale(reference), reference.width, once)
         for name, logits in reference.final_alternatives.items():
             e = error(lp, log_probs(logits), mask).value
             if e <= model_tol and e <= MATCH * applied.value:
@@ -148,14 +160,14 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     if bad:
         return _row("attention", c, "not finite", None, None, 0.0, hint=f"{bad} non-finite logits")
     on, off = reference.logits[against[0]], reference.logits[against[1]]
-    tol = tolerance(unit, float(np.abs(on).max()), reference.width, once)
+    scale = model_scale(reference, on)
+    tol = tolerance(unit, scale, reference.width, once)
     lp = log_probs(final_off)
     mask = top(lp, k)
     applied, ignored = error(lp, log_probs(on), mask), error(lp, log_probs(off), mask)
     separation = error(log_probs(on), log_probs(off), mask).value
     extra = {"separation": separation}
-    if separation <= 10 * tol and unit > FP32 and separation > 10 * tolerance(FP32, float(np.abs(on).max()),
-                                                                              reference.width, once):
+    if separation <= 10 * tol and unit > FP32 and separation > 10 * tolerance(FP32, scale, reference.width, once):
         # the worst-case bound of a low precision spans the cap's effect, which fp32 tells apart: which
         # reference the engine is nearer to, by the factor a server's answer is judged by
         said = (f"the worst-case rounding bound of this precision ({tol:.3g}) exceeds a tenth of the cap's effect "
@@ -190,12 +202,13 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
         extra["fits"] = min(fits)[1]
     first = error(lp[:1], log_probs(on)[:1], None if mask is None else mask[:1]).value
-    if not fits and first > tol and 2 * first >= applied.value:
+    if not fits and first > tol:
         # the first token attends to itself alone: its softmax is 1 whatever the scores, so no attention cap
-        # or window acts there, and a difference already that large lies elsewhere in the model
+        # or window acts there, and a difference beyond the tolerance there lies elsewhere in the model
         extra["outside"] = first
+        share = "the difference lies" if 2 * first >= applied.value else "part of the difference lies"
         hint = (f"already {first:.2g} at the first token, where attention has one key and no attention cap acts: "
-                f"the difference lies outside the cap; {hint}")
+                f"{share} outside the cap; {hint}")
     return _row("attention", c, "different", applied, ignored, tol, hint=hint, **extra)
 
 
@@ -241,7 +254,7 @@ def keeps_own_final_cap(capped: np.ndarray, final_off: np.ndarray, reference, un
     c = reference.caps["final"]
     if c is None or _nonfinite(capped, final_off):
         return None
-    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    tol = tolerance(unit, model_scale(reference), reference.width, once)
     same = error(log_probs(capped), log_probs(final_off)).value
     apart = error(log_probs(reference.logits["capped"]), log_probs(reference.logits["final off"])).value
     bounded = float(np.abs(final_off).max()) <= c * (1 + 4 * unit)
@@ -250,7 +263,7 @@ def keeps_own_final_cap(capped: np.ndarray, final_off: np.ndarray, reference, un
 
 def _own_cap_row(capped: np.ndarray, c: float, same: float, reference, k: int, unit: float, once: float) -> dict:
     """The final cap of an engine that ignores the folder's caps: its output against transformers' capped model."""
-    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    tol = tolerance(unit, model_scale(reference), reference.width, once)
     lp = log_probs(capped)
     mask = top(lp, k)
     applied = error(lp, log_probs(reference.logits["capped"]), mask)
@@ -271,7 +284,7 @@ def _final_from_reference(capped: np.ndarray, c: float, reference, k: int, unit:
     cap where the engine was found to drop it), at the whole model's tolerance."""
     if _nonfinite(capped):
         return _row("final", c, "not finite", None, None, 0.0, hint=f"{_nonfinite(capped)} non-finite log-probs")
-    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    tol = tolerance(unit, model_scale(reference), reference.width, once)
     lp = log_probs(capped)
     mask = top(lp, k)
     forms = {**reference.logits, **reference.alternatives}
@@ -348,7 +361,7 @@ def _whole_form(capped: np.ndarray, attention: dict, final: dict, reference, k: 
                 once: float) -> None:
     """An engine judged on its capped run alone that differs: the whole-model form it matches (the final cap on
     another tensor, the caps swapped), said on both rows; one that keeps the attention cap makes that applied."""
-    tol = tolerance(unit, float(np.abs(reference.logits["capped"]).max()), reference.width, once)
+    tol = tolerance(unit, model_scale(reference), reference.width, once)
     lp = log_probs(capped)
     mask = top(lp, k)
     fits = sorted((error(lp, log_probs(v), mask).value, name) for name, v in reference.final_alternatives.items())
