@@ -89,7 +89,7 @@ def test_the_unchanged_model_applies_both_caps_forward_and_backward(bound):
     rows = _rows(bound, _trained(bound, copy.deepcopy(bound[0])))
     assert {cap: r["verdict"] for cap, r in rows.items()} == {"attention": tv.APPLIED, "final": tv.APPLIED}
     assert rows["final"]["local_grad_error"] <= rows["final"]["local_grad_tolerance"]
-    assert rows["attention"]["grad_error"] <= rows["attention"]["grad_tolerance"]
+    assert "feedforward_layernorm" not in rows["attention"]["grad_where"]  # the exchange explains the norms' gradients
 
 
 @pytest.mark.parametrize("cap", ["attention", "final"])
@@ -323,8 +323,8 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
     """torchtune's full fine-tune step, live from parity's torchtune environment: as its named builders pass the
     caps, both are swapped and the final one caps the hidden state; with the config's caps the final cap still caps
     the hidden state. Its gradients, converted back by torchtune's own gemma2_tune_to_hf, come back with the pre- and
-    post-feed-forward norms exchanged (its _convert_weights maps one onto the other): on these models, whose two
-    norms hold the same weights, that is the only gradient beyond the fp32 bound."""
+    post-feed-forward norms exchanged (its _convert_weights maps one onto the other), which these models, whose
+    norms hold gains drawn apart, see forward too: each route matches the reference with the same exchange."""
     from softcapgrad.engines import runner, train_parity
     from softcapgrad.engines.vocabulary import write_tokenizer
 
@@ -335,21 +335,13 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
     routes = {r.id: r for r in train_parity.TUNE_ROUTES}
     named, _, info = train_parity._route("torchtune", routes["default"], state, reference, tmp_path, ["capped"], 180)
     assert info["reason"] is None, info
-    assert {r["verdict"] for r in named} == {tv.DIFFERENT} and {r["form"] for r in named} == {tr.SWAPPED_HIDDEN}
+    assert {r["verdict"] for r in named} == {tv.DIFFERENT} and {r["form"] for r in named} == {tr.EXCHANGED}
     config, steps, _ = train_parity._route("torchtune", routes["config-caps"], state, reference, tmp_path, ["capped"],
                                            180)
     rows = {r["cap"]: r for r in config}
-    assert rows["final"]["verdict"] == tv.ELSEWHERE and rows["final"]["form"] == tr.HIDDEN
-    assert "feedforward_layernorm" in rows["attention"]["grad_where"]
-    step, hidden = steps["capped"], reference.others[tr.HIDDEN]
-    name = "model.layers.0.{}_feedforward_layernorm.weight"
-    exchanged = {**step.grads, name.format("pre"): step.grads[name.format("post")],
-                 name.format("post"): step.grads[name.format("pre")]}
-    for i in range(1, model.config.num_hidden_layers):
-        for a, b in (("pre", "post"), ("post", "pre")):
-            exchanged[f"model.layers.{i}.{a}_feedforward_layernorm.weight"] = \
-                step.grads[f"model.layers.{i}.{b}_feedforward_layernorm.weight"]
-    assert tv.grad_error(exchanged, hidden.grads)[0] <= rows["final"]["grad_tolerance"]
+    assert rows["final"]["verdict"] == tv.ELSEWHERE and rows["final"]["form"] == tr.HIDDEN_EXCHANGED
+    assert rows["attention"]["verdict"] == tv.APPLIED  # its gradients too, named back through torchtune's converter
+    assert "feedforward_layernorm" not in rows["attention"]["grad_where"]  # the exchange explains the norms' gradients
 
 
 @pytest.mark.slow

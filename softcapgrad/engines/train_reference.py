@@ -30,6 +30,10 @@ from softcapgrad.engines import reference as ref
 SWAPPED = "the two caps' values swapped"
 HIDDEN = "the final cap on the final hidden state before the output projection"
 SWAPPED_HIDDEN = SWAPPED + ", the final cap on the final hidden state"
+FF_NORMS = ("pre_feedforward_layernorm", "post_feedforward_layernorm")
+HIDDEN_EXCHANGED = HIDDEN + ", the pre- and post-feed-forward norms exchanged"
+EXCHANGED = SWAPPED_HIDDEN + ", the pre- and post-feed-forward norms exchanged"
+WHOLE_FORMS = (SWAPPED, SWAPPED_HIDDEN, EXCHANGED)  # forms that change both caps at once
 FORM_NAMES = ("straight-through (the upstream gradient unchanged)", "detached (no gradient through the cap)",
               "the gradient of a·tanh(a/c) instead", "the exact backward rounded to bf16")
 
@@ -84,7 +88,7 @@ class TrainReference:
     width: int
     scales: dict
     model: object = None  # the float64 model (train mode), for ``backprop``
-    others: dict = None  # whole-model forms by name (HIDDEN, SWAPPED_HIDDEN) -> Step: the final cap elsewhere
+    others: dict = None  # whole-model forms by name (HIDDEN, SWAPPED_HIDDEN, EXCHANGED) -> Step: the final cap elsewhere
 
 
 def read_step(path: Path) -> Step:
@@ -224,6 +228,41 @@ def _swapped(model, ids, hidden: bool = False) -> Step | None:
         setattr(model.config, final, c_final)
 
 
+def _exchanged(model, ids, swap: bool) -> Step | None:
+    """torchtune's Gemma 2 as it computes: the final cap on the hidden state (and, ``swap``, both caps swapped, as
+    its named builders pass them), and each layer's pre- and post-feed-forward norms exchanged (each holds the
+    other's gain). The gradients are named as the weights' source: the gain that came from
+    ``pre_feedforward_layernorm`` is applied after the MLP, so its gradient is that position's."""
+    import torch
+
+    layers = [m for m in model.modules() if all(hasattr(m, n) for n in FF_NORMS)]
+    if not layers:
+        return None
+    pairs = [tuple(getattr(m, n).weight for n in FF_NORMS) for m in layers]
+
+    def exchange():
+        with torch.no_grad():
+            for a, b in pairs:
+                saved = a.detach().clone()
+                a.copy_(b)
+                b.copy_(saved)
+
+    exchange()
+    try:
+        done = _swapped(model, ids, hidden=True) if swap else step(model, ids, hidden=True)
+    finally:
+        exchange()
+    if done is None:
+        return None
+    rename = {}
+    for name in done.grads:
+        for mine, other in (FF_NORMS, FF_NORMS[::-1]):
+            if f".{mine}." in f".{name}":
+                rename[name] = name.replace(mine, other)
+    grads = {rename.get(n, n): g for n, g in done.grads.items()}
+    return Step(done.loss, done.logits, grads, done.precap, done.precap_grad, done.logits_grad)
+
+
 def train_reference(model, ids: np.ndarray, scales: dict, applied: dict) -> TrainReference:
     """The float64 references of parity's bound model (``model`` is left as it is)."""
     wide = copy.deepcopy(model).double().train()
@@ -239,8 +278,12 @@ def train_reference(model, ids: np.ndarray, scales: dict, applied: dict) -> Trai
     others = {}
     if caps["final"] is not None:  # a library that caps the normed hidden state (torchtune's Gemma2FinalNorm)
         others[HIDDEN] = step(wide, ids, hidden=True)
+        if (exchanged := _exchanged(wide, ids, swap=False)) is not None:
+            others[HIDDEN_EXCHANGED] = exchanged
         if applied["attention"] and (both := _swapped(wide, ids, hidden=True)) is not None:
             others[SWAPPED_HIDDEN] = both
+            if (exchanged := _exchanged(wide, ids, swap=True)) is not None:
+                others[EXCHANGED] = exchanged
     return TrainReference(wide.config.model_type, caps, applied, np.asarray(ids).reshape(-1), steps, by_cap,
                           _swapped(wide, ids) if applied["attention"] else None, width, scales, wide, others)
 

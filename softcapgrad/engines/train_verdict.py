@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from softcapgrad.engines import verdict
-from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, SWAPPED, SWAPPED_HIDDEN, lora_view,
+from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, SWAPPED, WHOLE_FORMS,
+                                                 lora_view,
                                                  next_token_log_probs, upstream)
 
 APPLIED = "applied forward and backward"
@@ -44,7 +45,7 @@ NOT_SET = "not set"
 NO_ARCHITECTURE = "no such architecture"
 BAD = (OTHER, IGNORED, ELSEWHERE, NOT_FINITE, DIFFERENT)
 ON = {"capped": {"attention", "final"}, "attention off": {"final"}, "final off": {"attention"}, "uncapped": set(),
-      HIDDEN: {"attention"}}  # HIDDEN: the attention cap in place, the final one on another tensor
+      HIDDEN: {"attention"}, HIDDEN_EXCHANGED: {"attention"}}  # the attention cap in place, the final one elsewhere
 BF16 = 2.0 ** -8
 LOWER = "computed in a lower precision than the forward"
 
@@ -182,7 +183,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     l_cell, _ = nearest(loss, tol["forward"])
     local = local_final(step, caps["final"], unit, reference.ids) if caps["final"] is not None else None
     grads, where, said = {}, {}, ""
-    if f_cell is not None and not {SWAPPED, SWAPPED_HIDDEN} & {f_cell, l_cell}:
+    if f_cell is not None and not set(WHOLE_FORMS) & {f_cell, l_cell}:
         candidates, said = _candidates(step, reference, l_cell if l_cell not in (None, f_cell) else f_cell, local)
         view = lora_view(step)
         if view is not None:  # a LoRA step: every reference's gradients as the adapters' B see them
@@ -210,7 +211,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
         if not reference.applied[cap]:
             rows.append(_row(cap, c, "unused by transformers", "the reference model never applies this cap", **extra))
             continue
-        judged = {"f_cell": f_cell, "f_how": f_how, "l_cell": l_cell, "g_cell": g_cell, "g_how": g_how + said,
+        judged = {"f_cell": f_cell, "f_how": f_how, "f_best": min(forward.values()), "l_cell": l_cell, "g_cell": g_cell, "g_how": g_how + said,
                   "lower": _lower(cap, grads, low.get(cap), tol["grad"])}
         rows.append(_cap_row(cap, c, judged, local if cap == "final" else None, extra))
     return rows
@@ -231,15 +232,19 @@ def _lower(cap: str, grads: dict, low: float | None, tol: float) -> str | None:
 
 def _cap_row(cap, c, judged, local, extra) -> dict:
     f_cell, f_how, l_cell, g_cell, g_how = (judged[k] for k in ("f_cell", "f_how", "l_cell", "g_cell", "g_how"))
-    for form in (SWAPPED, SWAPPED_HIDDEN):
+    for form in WHOLE_FORMS:
         if form in (f_cell, l_cell):
             return _row(cap, c, DIFFERENT, f"matches {form}", form=form, **extra)
-    if f_cell == HIDDEN and cap == "final":
-        return _row(cap, c, ELSEWHERE, f"the returned logits match {HIDDEN} ({f_how})", form=HIDDEN, **extra)
+    if f_cell in (HIDDEN, HIDDEN_EXCHANGED) and cap == "final":
+        return _row(cap, c, ELSEWHERE, f"the returned logits match {f_cell} ({f_how})", form=f_cell, **extra)
     if f_cell is None:
         if local and local["forward"] == "applied" and cap == "final":
             return _from_local(cap, c, local, f"the whole model cannot be placed ({f_how}); judged on the final "
                                               "cap's own arithmetic", extra)
+        if judged["f_best"] > verdict.RATIO * extra["forward_tolerance"]:  # far from every model: no precision's
+            return _row(cap, c, DIFFERENT, f"the returned logits match no reference, each more than {verdict.RATIO:g} "
+                                           f"times the tolerance away: the model differs outside the caps ({f_how})",
+                        **extra)
         return _row(cap, c, NOT_BOUND, f"the returned logits match no reference: {f_how}", **extra)
     if cap not in ON[f_cell]:
         if l_cell is not None and cap in ON[l_cell]:
