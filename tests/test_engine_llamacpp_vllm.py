@@ -42,11 +42,16 @@ def run(python, adapter, route, tmp_path, folder, variants):
 
 
 def test_llamacpp_f32_applies_gemma2s_final_cap_and_converts_the_caps_and_window(tmp_path):
+    """f32 tensors with an f32 KV cache (route f32-kv32): an fp32 row. The f32 route at llama-cpp-python's default
+    KV cache (f16) is an fp16 row, and says why."""
     python = installed("llamacpp")
     reference, folder = inputs(tmp_path, "gemma2", "final_logit_softcapping=30", "attn_logit_softcapping=50")
-    out = run(python, "llamacpp", "f32", tmp_path, folder, ["capped", "final-off"])
+    default = run(python, "llamacpp", "f32", tmp_path, folder, ["capped"])
+    assert default.info["precision"] == "fp16" and "KV cache f16 (default)" in default.info["did"]
+    out = run(python, "llamacpp", "f32-kv32", tmp_path, folder, ["capped", "final-off"])
     assert out.reason is None, out.stderr
     assert "convert_hf_to_gguf.py" in out.info["did"] and out.info["precision"] == "fp32"
+    assert "KV cache f32" in out.info["did"]
     notes = " ".join(out.info["notes"])
     assert "gemma2.attn_logit_softcapping = 50.0" in notes and "gemma2.attention.sliding_window = 8" in notes
     assert "final-off: the converter failed" in notes  # its Gemma 2 class writes a null cap as a float
