@@ -365,6 +365,45 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.engine_environments("train-kerashub")
+def test_keras_hub_fit_keeps_both_caps_on_jax_and_torch(bound, tmp_path, engine_environment):
+    """Keras Hub's own Gemma 2, one fit step on each backend, live from its environment: both caps applied forward
+    and backward in float32; its gradients, read through SGD and mapped back by Keras Hub's own converter, lie
+    within the fp32 bound of transformers'."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("train-kerashub")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    for route in (r for r in train_parity.KERAS_ROUTES if r.precision == "fp32"):
+        rows, _, info = train_parity._route("kerashub", route, state, reference, tmp_path, ["capped"], 300)
+        assert info["reason"] is None and f"{route.id} backend" in info["did"], info
+        assert [r["verdict"] for r in rows] == [tv.APPLIED, tv.APPLIED], rows
+        assert all(r["grad_error"] <= r["grad_tolerance"] for r in rows)
+
+
+def test_keras_gradients_go_back_through_the_converters_rearrangement():
+    """Keras Hub's converter reshapes and transposes a query projection (heads × head size, hidden) into a kernel
+    (heads, hidden, head size): a gradient in the kernel's layout lands on the transformers entry it came from."""
+    if str(catalog.ADAPTERS) not in sys.path:
+        sys.path.append(str(catalog.ADAPTERS))
+    spec = importlib.util.spec_from_file_location("adapter_train_kerashub", catalog.script("train_kerashub"))
+    keras_adapter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(keras_adapter)
+
+    def hook(hf, keras_shape):  # convert_gemma.py's query kernel
+        return np.transpose(np.reshape(hf, (keras_shape[0], keras_shape[2], keras_shape[1])), axes=(0, 2, 1))
+
+    hf = np.random.default_rng(0).standard_normal((2 * 3, 4))  # 2 heads of size 3, hidden 4
+    kernel = hook(hf, [2, 4, 3])
+    assert np.array_equal(keras_adapter.to_hf(kernel, hook, hf.shape, [2, 4, 3]), hf)
+    with pytest.raises(RuntimeError, match="not a rearrangement"):
+        keras_adapter.to_hf(kernel, lambda x, _: hook(x, [2, 4, 3]) + 1, hf.shape, [2, 4, 3])
+
+
+@pytest.mark.slow
 @pytest.mark.engine_environments("torch_tune")
 def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path, engine_environment):
     """The same exchange seen forward, where parity's tiny models hide it: with distinct weights in the two

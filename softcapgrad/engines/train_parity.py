@@ -32,8 +32,9 @@ from softcapgrad.engines.parity import recorded
 
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
-           "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt"}
-ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt"}  # engine -> its training adapter (else ADAPTER)
+           "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub"}
+ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
+            "kerashub": "train_kerashub"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -59,7 +60,11 @@ TUNE_ROUTES = (  # torchtune's own Gemma 2, in parity's torchtune environment
 )
 LIT_ROUTES = (catalog.Route("default", "LitGPT's full fine-tune step on its own GPT, converted with the family's "
                                        "named config"),)
-ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES}
+KERAS_ROUTES = (catalog.Route("jax", "Keras Hub's own CausalLM, one fit step on the JAX backend, float32"),
+                catalog.Route("jax-mixed-bf16", "the same under the mixed_bfloat16 dtype policy", "bf16"),
+                catalog.Route("torch", "Keras Hub's own CausalLM, one fit step on the torch backend, float32"),
+                catalog.Route("torch-mixed-bf16", "the same under the mixed_bfloat16 dtype policy", "bf16"))
+ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 

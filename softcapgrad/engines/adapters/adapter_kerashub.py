@@ -24,20 +24,27 @@ def keras_layer_types(n_layers: int) -> list[str]:
     return ["sliding_attention" if i % 6 < 5 else "full_attention" for i in range(n_layers)]
 
 
-def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
-    os.environ.setdefault("KERAS_BACKEND", "jax")
-    import keras
+def backbone_class(run: protocol.Run, variant: str):
+    """The backbone class Keras Hub's Hugging Face loader picks for the folder (its registry), with the folder and
+    its config; NoArchitecture where the loader has no converter for the model type."""
     from keras_hub.src.utils.transformers.preset_loader import TransformersPresetLoader
 
-    if keras.backend.backend() != "jax":
-        raise RuntimeError(f"Keras runs on {keras.backend.backend()} here, not JAX (set KERAS_BACKEND=jax)")
-    keras.config.set_floatx("float32")
     folder, config = run.folder(variant), run.config(variant)
     try:
         loader = TransformersPresetLoader(str(folder), config)
     except ValueError as err:
         raise protocol.NoArchitecture(f"{err} (registry read: keras_hub TransformersPresetLoader)") from err
-    cls = loader.check_backbone_class()
+    return loader.check_backbone_class(), folder, config
+
+
+def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise RuntimeError(f"Keras runs on {keras.backend.backend()} here, not JAX (set KERAS_BACKEND=jax)")
+    keras.config.set_floatx("float32")
+    cls, folder, config = backbone_class(run, variant)
     backbone = cls.from_preset(str(folder), dtype="float32")
     tokens = run.ids.astype(np.int32).reshape(1, -1)
     hidden = backbone({"token_ids": tokens, "padding_mask": np.ones_like(tokens)})
