@@ -365,6 +365,34 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.engine_environments("torch_tune", "lit_gpt")
+@pytest.mark.parametrize("engine", ["torch_tune", "lit_gpt"])
+def test_the_monitor_counts_inside_torchtune_and_litgpt_steps_as_a_brute_force_does(bound, tmp_path,
+                                                                                  engine_environment, engine):
+    """softcapgrad's DeadZoneMonitor around two steps of torchtune's full fine-tune recipe and of LitGPT's
+    finetune_full (an SGD update between them: the first step watched op by op, the second through the sites it
+    learnt), on the capped model with its final site pushed to |a/c| = 24, past fp32's horizon: per module, the
+    tanh calls, elements, outputs stored as ±1 and exact-zero gradients it counts are the brute force's (every
+    tanh the library called, recorded by a function mode of its own), and there are some of each."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment(engine)
+    model, ids = bound[0], bound[1]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    pushed = train_parity.sweep_folders(model, ids, tmp_path)[-1]
+    write_tokenizer(tmp_path / pushed, model.config.to_dict())
+    outcome = runner.run(state.python, f"train_{engine}", "monitor", tmp_path, [pushed], 300)
+    assert outcome.reason is None, outcome.stderr
+    with np.load(tmp_path / "out" / "monitor" / f"{pushed}.npz", allow_pickle=False) as step:
+        modules, watched, brute = list(step["monitor/modules"]), step["monitor/watched"], step["monitor/brute"]
+    assert len(modules) >= 3, modules  # each layer's attention and the final cap's site
+    assert np.array_equal(watched, brute), dict(zip(modules, zip(watched.tolist(), brute.tolist())))
+    assert brute[:, 2].sum() > 0 and brute[:, 3].sum() > 0  # outputs stored as ±1, gradients exactly 0
+
+
+@pytest.mark.slow
 @pytest.mark.engine_environments("train-kerashub")
 def test_keras_hub_fit_keeps_both_caps_on_jax_and_torch(bound, tmp_path, engine_environment):
     """Keras Hub's own Gemma 2, one fit step on each backend, live from its environment: both caps applied forward

@@ -27,7 +27,7 @@ ADAPTERS = HERE / "adapters"
 # Every file in adapters/ is named adapter_*.py: the folder is on the child's import path, and a module named
 # after a package (transformers.py, onnx.py) would shadow it for the adapter that imports that package.
 PREFIX = "adapter_"
-SHARED = ("protocol", "transformers_load", "llamacpp_sources")  # imported or run by adapters: no engine of their own
+SHARED = ("protocol", "transformers_load", "llamacpp_sources", "monitor_check")  # imported or run by adapters: no engine of their own
 TOP_K = 8
 LOW = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "q8_0": 2.0 ** -8, "q4_0": 2.0 ** -4, "int8": 2.0 ** -8}
 FP16_TABLE = 2.0 ** -11  # llama.cpp's GELU reads an fp16 table: one rounding to fp16 in every MLP

@@ -18,7 +18,8 @@ from adapter_lit_gpt import build
 from adapter_train_transformers import converted, main
 
 ROUTES = {"default": "litgpt finetune_full's step (chunked_cross_entropy, fp32) on GPT from convert_hf_checkpoint with "
-                     "the family's named config, its sizes from config.json"}
+                     "the family's named config, its sizes from config.json",
+          "monitor": "two such steps inside softcapgrad's DeadZoneMonitor, beside a brute force (not a matrix route)"}
 PACKAGES = ("litgpt", "torch")
 
 
@@ -36,16 +37,27 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
         kept["precap"] = out
         out.register_hook(lambda g: kept.__setitem__("precap_grad", g))
 
-    handle = model.lm_head.register_forward_hook(on_head)
     ids = torch.as_tensor(run.ids).view(1, -1)
-    try:
-        logits = model(ids)
-    finally:
-        handle.remove()
-    logits.register_hook(lambda g: kept.__setitem__("logits_grad", g))
-    loss = chunked_cross_entropy(logits[..., :-1, :], ids[..., 1:])
-    loss.backward()
-    grads = {n: p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}
+
+    def step():
+        handle = model.lm_head.register_forward_hook(on_head)
+        try:
+            logits = model(ids)
+        finally:
+            handle.remove()
+        logits.register_hook(lambda g: kept.__setitem__("logits_grad", g))
+        loss = chunked_cross_entropy(logits[..., :-1, :], ids[..., 1:])
+        loss.backward()
+        return loss, logits, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    watched = {}
+    if run.route == "monitor":
+        from adapter_monitor_check import monitored_steps
+
+        (loss, logits, grads), watched = monitored_steps(model, step)
+        kept = {}  # the second step's: this route's file is the monitor's, not a step to judge
+    else:
+        loss, logits, grads = step()
     hf: dict = {}
     copy = copy_weights_gemma_3 if named.lower().startswith("gemma-3") else copy_weights_gemma_2
     copy(config, hf, grads)
@@ -58,7 +70,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                + ("; lm_head is a parameter of its own, a copy of the embedding (training unties them): their "
                   "gradients summed here as the tied model's" if untied else ""))
     run.precision = "fp32"
-    return converted(loss, logits, hf, **kept)
+    return {**converted(loss, logits, hf, **kept), **watched}
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ ROUTES = {
     "default": "full fine-tune step (CEWithChunkedOutputLoss, fp32) on the gemma2 builder with the caps as torchtune's "
                "named Gemma 2 builders pass them (hidden 30, final 50)",
     "config-caps": "the same step with hidden_capping_value and final_capping_value read from config.json",
+    "monitor": "two config-caps steps inside softcapgrad's DeadZoneMonitor, beside a brute force (not a matrix route)",
 }
 PACKAGES = ("torchtune", "torchao", "torch")
 
@@ -37,10 +38,20 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
     model.train()
     tokens = torch.as_tensor(run.ids).view(1, -1)
     labels = torch.hstack((tokens[:, 1:], torch.full((1, 1), loss_fn.ignore_index)))
-    chunks = model(tokens)
-    loss = loss_fn(chunks, labels)
-    loss.backward()
-    grads = {n: p.grad.detach() for n, p in model.named_parameters() if p.grad is not None}
+
+    def step():
+        chunks = model(tokens)
+        loss = loss_fn(chunks, labels)
+        loss.backward()
+        return loss, chunks, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    watched = {}
+    if run.route == "monitor":
+        from adapter_monitor_check import monitored_steps
+
+        (loss, chunks, grads), watched = monitored_steps(model, step)
+    else:
+        loss, chunks, grads = step()
     hf = gemma2_tune_to_hf(grads, num_heads=config["num_attention_heads"], num_kv_heads=config["num_key_value_heads"],
                            dim=config["hidden_size"], head_dim=config["head_dim"])
     logits = torch.cat(chunks, dim=1) if isinstance(chunks, list) else chunks
@@ -48,7 +59,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                f"final_capping_value={values['final_capping_value']} (from {source}); one full fine-tune step, "
                "CEWithChunkedOutputLoss, fp32")
     run.precision = "fp32"
-    return converted(loss, logits, hf)
+    return {**converted(loss, logits, hf), **watched}
 
 
 if __name__ == "__main__":
