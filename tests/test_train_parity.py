@@ -468,3 +468,17 @@ def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path,
     bound_fp32 = verdict.tolerance(verdict.FP32, float(np.abs(outcome.logits["capped"]).max()), width)
     assert verdict.error(engine, exchanged).value <= bound_fp32
     assert verdict.error(engine, as_held).value > 1000 * bound_fp32
+
+
+def test_a_model_that_differs_elsewhere_is_not_said_to_give_its_cap_another_gradient(bound):
+    """A route whose whole model lies far from every reference (Keras Hub's Gemma 3 builds another layer pattern)
+    but whose returned logits are c·tanh(a/c) of its own a, with dL/da not exposed: 'different', outside the caps,
+    never 'another gradient' for a backward nobody saw."""
+    reference = bound[2]
+    capped = reference.steps["capped"]
+    a = capped.precap + np.random.default_rng(0).normal(0.0, 20.0, capped.precap.shape)  # another model's a
+    c = reference.caps["final"]
+    step = tr.Step(capped.loss + 1.0, c * np.tanh(a / c), capped.grads, precap=a)
+    rows = _rows(bound, step)
+    assert rows["final"]["verdict"] == tv.DIFFERENT and "outside the caps" in rows["final"]["hint"]
+    assert "does not expose" in rows["final"]["hint"]

@@ -238,13 +238,16 @@ def _cap_row(cap, c, judged, local, extra) -> dict:
     if f_cell in (HIDDEN, HIDDEN_EXCHANGED) and cap == "final":
         return _row(cap, c, ELSEWHERE, f"the returned logits match {f_cell} ({f_how})", form=f_cell, **extra)
     if f_cell is None:
-        if local and local["forward"] == "applied" and cap == "final":
+        own = local and local["forward"] == "applied" and cap == "final"
+        if own and local.get("backward") is not None:
             return _from_local(cap, c, local, f"the whole model cannot be placed ({f_how}); judged on the final "
                                               "cap's own arithmetic", extra)
         if judged["f_best"] > verdict.RATIO * extra["forward_tolerance"]:  # far from every model: no precision's
+            said = ("; its forward is c·tanh(a/c) of the route's own a, whose gradient the route does not expose"
+                    if own else "")
             return _row(cap, c, DIFFERENT, f"the returned logits match no reference, each more than {verdict.RATIO:g} "
-                                           f"times the tolerance away: the model differs outside the caps ({f_how})",
-                        **extra)
+                                           f"times the tolerance away: the model differs outside the caps ({f_how})"
+                                           f"{said}", **extra)
         return _row(cap, c, NOT_BOUND, f"the returned logits match no reference: {f_how}", **extra)
     if cap not in ON[f_cell]:
         if l_cell is not None and cap in ON[l_cell]:
