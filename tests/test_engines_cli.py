@@ -48,8 +48,15 @@ def test_removing_what_is_not_there_says_so(cache):
     assert "onnx: was not installed." in result.output and "main: softcapgrad's own, kept." in result.output
 
 
-def test_parity_that_knows_nothing_can_run_exits_2(cache):
-    """Keras Hub's registry holds no VaultGemma: before building anything, one line and exit 2."""
+def test_parity_that_knows_nothing_can_run_exits_2(cache, monkeypatch):
+    """An engine that declares the types it converts (Engine.types; Keras Hub once did) and holds none asked for:
+    before building anything, one line and exit 2."""
+    import dataclasses
+
+    from softcapgrad.engines import catalog
+
+    declared = dataclasses.replace(catalog.CATALOG["kerashub"], types=("gemma2", "gemma3_text"))
+    monkeypatch.setitem(catalog.CATALOG, "kerashub", declared)
     result = CliRunner().invoke(app, ["parity", "--model-type", "vaultgemma", "--engine", "kerashub"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [

@@ -211,8 +211,9 @@ def test_the_run_lists_the_adapters_routes_and_the_adapter_imports_no_softcapgra
 
     path = catalog.script(train_parity.ADAPTER)
     assert set(catalog._literal_routes(path)) == {r.id for r in train_parity.ROUTES}
-    for engine, adapter in train_parity.ADAPTERS.items():
-        assert set(catalog._literal_routes(catalog.script(adapter))) == {r.id for r in train_parity.routes(engine)}
+    for engine, adapter in train_parity.ADAPTERS.items():  # less the monitor's route, which is not a matrix row
+        routes = set(catalog._literal_routes(catalog.script(adapter))) - {"monitor"}
+        assert routes == {r.id for r in train_parity.routes(engine)}
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
