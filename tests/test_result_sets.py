@@ -67,6 +67,16 @@ def _sigint_at(monkeypatch, out: Path, k: int) -> None:
     monkeypatch.setattr(os, "replace", replace)
 
 
+@pytest.fixture(autouse=True)
+def _python_sigint():
+    """Ctrl-C as Python handles it in a terminal. A shell that starts a command in the background without job
+    control (``cmd &`` in a script) makes it ignore SIGINT, and every process it starts inherits that: there the
+    interrupts these tests send would do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _interrupt() -> None:
     """SIGINT to the main thread itself: delivered to the process, the signal may land in another of its threads
     (the test worker's), and under load the main thread then runs on a few steps before its handler does."""
@@ -159,8 +169,9 @@ def test_census_names_only_the_files_it_wrote(cli, tmp_path, census_stub):
 
 
 CHILD = """
-import os, sys, time
+import os, signal, sys, time
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as started from a terminal, whoever started the tests
 from softcapgrad.models import census
 
 out, k = Path(sys.argv[1]), int(sys.argv[2])
