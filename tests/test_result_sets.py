@@ -14,7 +14,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import threading
 import types
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def _sigint_at(monkeypatch, out: Path, k: int) -> None:
         if Path(dst).is_relative_to(out):
             seen.append(dst)
             if len(seen) == k:
-                _interrupt()
+                os.kill(os.getpid(), signal.SIGINT)
         real(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
@@ -77,14 +76,8 @@ def _python_sigint():
     signal.signal(signal.SIGINT, previous)
 
 
-def _interrupt() -> None:
-    """SIGINT to the main thread itself: delivered to the process, the signal may land in another of its threads
-    (the test worker's), and under load the main thread then runs on a few steps before its handler does."""
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-
-
 def _sigint(*args, **kwargs):
-    _interrupt()
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _full_disk_on_png(monkeypatch) -> None:

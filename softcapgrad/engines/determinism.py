@@ -4,37 +4,20 @@ buffer, a random draw at load time) gets no cap verdict, *not deterministic*, wh
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import numpy as np
 
-from softcapgrad.engines import runner
 from softcapgrad.engines.verdict import FP32, _nonfinite, error, log_probs, model_scale, tolerance
 
 NOT_DETERMINISTIC = "not deterministic"
 FINDINGS = ("different", "ignored", "not finite", "ignores the folder's caps")  # verdicts a second load re-checks
 
 
-def load_again(python, adapter, route: str, work: Path, inputs: Path, folder: str,
-               timeout: float) -> tuple[np.ndarray | None, str | None]:
-    """``folder`` run once more by a new child of the route's engine: its logits (None where it gave none) and
-    the child's reason when it failed."""
-    work = runner.prepare(work, inputs, [folder])
-    try:
-        outcome = runner.run(python, adapter, route, work, [folder], timeout)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return outcome.logits.get(folder), outcome.reason
-
-
-def reloaded(rows: list[dict], first, again: tuple, reference, info: dict, unit: float = FP32,
+def reloaded(rows: list[dict], first, second, reason: str | None, reference, info: dict, unit: float = FP32,
              once: float = 0.0) -> list[dict]:
-    """The rows of a route whose capped folder was loaded twice (``first``, and ``again`` from load_again): where
-    the two runs' log-probabilities differ by more than the whole-model tolerance (in the route's format) the
-    engine's model is not one model, and no row is a cap's verdict; else ``info`` records how far apart they
-    were, and the rows stand."""
-    second, reason = again
+    """The rows of a route whose capped folder was loaded twice, by two children (``first`` and ``second``, the
+    second child's ``reason`` where it gave nothing): where the two runs' log-probabilities differ by more than
+    the whole-model tolerance (in the route's format) the engine's model is not one model, and no row is a cap's
+    verdict; else ``info`` records how far apart they were, and the rows stand."""
     if first is None or second is None or np.shape(first) != np.shape(second):
         info["second_load"] = f"not compared: {reason or 'no capped logits'}"
         return rows

@@ -107,18 +107,15 @@ def _route_rows(engine, route, state, reference, tmp: Path, timeout: float,
         info["reason"] = f"environment {engine.environment} {why}: softcapgrad engines install {engine.name}"
         return verdict.could_not_run(reference, info["reason"]), info
     folders = [FOLDERS[v] for v in variants(reference)]
-    work = runner.prepare(tmp / f"run-{engine.name}-{route.id}", tmp, folders)
-    try:
-        outcome = runner.run(state.python, engine.adapter, route.adapter_route, work, folders, timeout)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    outcome = runner.run_copied(state.python, engine.adapter, route.adapter_route, tmp / f"run-{engine.name}-{route.id}",
+                                tmp, folders, timeout)
     rows, info = _judged(engine, route, reference, outcome, info, kept)
     if not any(r["verdict"] in determinism.FINDINGS for r in rows):
         return rows, info
-    again = determinism.load_again(state.python, engine.adapter, route.adapter_route, tmp / f"again-{engine.name}-"
-                                   f"{route.id}", tmp, FOLDERS["capped"], timeout)
-    return determinism.reloaded(rows, outcome.logits.get(FOLDERS["capped"]), again, reference, info,
-                                _as_judged(route, info).unit, route.once), info
+    again = runner.run_copied(state.python, engine.adapter, route.adapter_route, tmp / f"again-{engine.name}-"
+                              f"{route.id}", tmp, [FOLDERS["capped"]], timeout)  # a new child loads it once more
+    return determinism.reloaded(rows, outcome.logits.get(FOLDERS["capped"]), again.logits.get(FOLDERS["capped"]),
+                                again.reason, reference, info, _as_judged(route, info).unit, route.once), info
 
 
 def _as_judged(route, info: dict):

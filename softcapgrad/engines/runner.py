@@ -84,6 +84,16 @@ def prepare(work: Path, inputs: Path, variants: list[str]) -> Path:
     return work
 
 
+def run_copied(python: Path | str, adapter: str | Path, route: str, work: Path, inputs: Path, variants: list[str],
+               timeout: float) -> "Outcome":
+    """``run`` on a fresh WORK prepared from ``inputs`` (prepare), removed afterwards whatever happened."""
+    prepare(work, inputs, variants)
+    try:
+        return run(python, adapter, route, work, variants, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _kill(child: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and whatever it started

@@ -36,7 +36,7 @@ NOT_MEASURED = "not measured here"  # the machine lacks what the claim needs: ne
 
 
 def judged_precision(value: float, tolerance: float) -> float:
-    """``value`` rounded to the decimal of the tolerance's leading digit ("3.47" → 3 decimals).
+    """``value`` rounded to the decimal of the tolerance's leading digit (a tolerance of 0.005 → 3 decimals).
 
     Digits below that can change with the CPU's vector width (a vectorised tanh or exp differs
     from the scalar one in the last place); they never change a verdict and stay out of the ledger.
