@@ -115,3 +115,23 @@ def test_the_answer_never_calls_a_row_its_precision_cannot_decide_applied():
                              "precision, the attention cap of vaultgemma; route fp32 keeps it.")
     data["rows"] = [row("fp32", "applied")]
     assert _answer(data)[0].startswith("Every engine that ran applied every cap it was given")
+
+
+@pytest.mark.parametrize("command, params", [
+    (["parity", "--model-type", "gemma2", "--engine", "transformers"],
+     {"engines": ["transformers", "onnx"], "model": ["gemma2"]}),
+    (["train-parity", "--model-type", "gemma2", "--engine", "transformers"],
+     {"engines": ["transformers"], "model_types": ["gemma2", "nanochat"]}),
+])
+def test_a_partial_run_does_not_replace_fuller_results(tmp_path, command, params):
+    """Results that hold an engine or a type this run leaves out stay: one line, exit 2, before any work."""
+    import json
+
+    name = "parity.json" if command[0] == "parity" else "train-parity.json"
+    (tmp_path / name).write_text(json.dumps({"params": params, "rows": []}), encoding="utf-8")
+    result = CliRunner().invoke(app, [*command, "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "that this run does not measure" in lines[0]
+    assert ("onnx" if command[0] == "parity" else "nanochat") in lines[0]
+    assert json.loads((tmp_path / name).read_text(encoding="utf-8"))["params"] == params

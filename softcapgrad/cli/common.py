@@ -324,3 +324,21 @@ def _main(
     ] = False,
 ) -> None:
     pass
+
+
+def keep_fuller(path: Path, measured: dict[str, list[str]], advice: str) -> None:
+    """Refuse, before any work, to write over results in ``path`` that hold more than this run measures: an
+    engine or model type listed in its params under a key of ``measured`` that this run leaves out. Results
+    that cannot be read hold nothing to keep."""
+    import json
+
+    try:
+        params = json.loads(path.read_text(encoding="utf-8")).get("params")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return
+    if not isinstance(params, dict):
+        return
+    left = [f"{key} {', '.join(map(str, sorted(set(params[key]) - set(now))))}" for key, now in measured.items()
+            if isinstance(params.get(key), list) and set(map(str, params[key])) - set(now)]
+    if left:
+        raise InputError(f"--out {path} holds results for {'; '.join(left)} that this run does not measure: {advice}")

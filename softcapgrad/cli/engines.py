@@ -5,7 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import emit, InputError, Json, not_with, pick, Report, result_set, seed_in_range, Wide
+from softcapgrad.cli.common import (emit, InputError, Json, keep_fuller, not_with, pick, Report, result_set,
+                                   seed_in_range, Wide)
 from softcapgrad.cli.limits import Bound, path_given, SEED
 
 FILES = ("parity.json", "parity.md", "figures/parity.png")
@@ -227,6 +228,10 @@ def parity(
         if out is not None:
             writable_folder(out, "--out")
             check_targets([out / name for name in FILES], "--out")
+            if not update:
+                keep_fuller(out / FILES[0], {"engines": names, "model": [str(directory)] if directory else types},
+                            "a partial run does not replace them (--update replaces only what it measures, or give "
+                            "another --out)")
         earlier = extra.earlier(out) if update else None
         if repro is not None:
             repro_report.target(repro)

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import emit, InputError, Json, pick, Report, seed_in_range, Wide
+from softcapgrad.cli.common import emit, InputError, Json, keep_fuller, pick, Report, seed_in_range, Wide
 from softcapgrad.cli.limits import Bound, path_given, SEED
 
 FILES = ("train-parity.json", "train-parity.md")
@@ -100,6 +100,8 @@ def train_parity(
         if out is not None:
             writable_folder(out, "--out")
             check_targets([out / name for name in FILES], "--out")
+            keep_fuller(out / FILES[0], {"engines": names, "model_types": types},
+                        "a partial run does not replace them (run them all, or give another --out)")
         sources = [(t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t))) for t in types]
         for _, src in sources:
             reference.check(src.config)
