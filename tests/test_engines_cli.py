@@ -102,7 +102,7 @@ def test_update_replaces_only_the_engines_measured_again():
 
 def test_the_answer_never_calls_a_row_its_precision_cannot_decide_applied():
     """A bf16 row whose rounding bound spans the cap's effect is named as undecided, with the route that decides."""
-    from softcapgrad.cli.engines import _answer
+    from softcapgrad.cli.parity_report import answer_of as _answer
 
     def row(route, verdict):
         return {"engine": "vllm_cpu", "route": route, "model": "vaultgemma", "cap": "attention", "verdict": verdict}

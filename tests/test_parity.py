@@ -384,7 +384,7 @@ def test_a_pre_cap_difference_beyond_the_tolerance_is_shown_and_named_whatever_t
     """The final row's pre-cap error (the engine's raw logits without the final cap against transformers') is judged
     at the logits' own scale: the row's tolerance times its largest |a/c|; beyond it, the table marks it and the
     answer names the engine even where the cap itself was applied."""
-    from softcapgrad.cli.engines import _answer
+    from softcapgrad.cli.parity_report import answer_of as _answer
     from softcapgrad.engines import parity
 
     row = {"engine": "e", "route": "r", "model": "gemma2", "cap": "final", "verdict": "applied", "c": 30.0,

@@ -140,7 +140,7 @@ def test_a_trickling_server_ends_the_command_at_its_timeout(cli, served):
 
 
 def test_parity_with_no_engine_run_claims_no_cap_applied():
-    from softcapgrad.cli.engines import _answer
+    from softcapgrad.cli.parity_report import answer_of as _answer
 
     def row(cap, verdict):
         return {"engine": "onnx", "route": "fp32", "model": "gemma2", "cap": cap, "verdict": verdict}

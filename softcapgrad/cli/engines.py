@@ -8,115 +8,9 @@ import typer
 from softcapgrad.cli.common import (emit, InputError, Json, keep_fuller, not_with, pick, Report, result_set,
                                    seed_in_range, Wide)
 from softcapgrad.cli.limits import Bound, path_given, SEED
+from softcapgrad.cli.parity_report import answer_of, parity_report
 
 FILES = ("parity.json", "parity.md", "figures/parity.png")
-
-
-VERBS = {"ignored": "ignored", "different": "altered", "not finite": "gave non-finite logits with",
-         "ignores the folder's caps": "reads from its own config, not the folder,"}
-BAD = tuple(VERBS)
-
-
-def _fix(rows: list[dict], bad: dict) -> str:
-    """The route of the same engine that keeps this cap, as the setting to change."""
-    if bad["verdict"] == "ignores the folder's caps":
-        return "the cap is set in the engine's own model config, whatever the folder says"
-    keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
-             and r["cap"] == bad["cap"] and r["verdict"] == "applied"]
-    return f"route {keeps[0]} keeps it" if keeps else "no route of it tried here keeps it"
-
-
-def _grouped(rows: list[dict], picked: list[dict], say) -> list[str]:
-    """One phrase per engine, route, cap and verdict, naming every model type it holds for."""
-    groups: dict = {}
-    for r in picked:
-        groups.setdefault((r["engine"], r["route"], r["cap"], say(r)), []).append(r)
-    out = []
-    for (engine, route, cap, what), found in groups.items():
-        models = ", ".join(dict.fromkeys(r["model"] for r in found))
-        fixes = sorted({_fix(rows, r) for r in found})
-        out.append(f"{engine} ({route}) {what} the {cap} cap of {models}; {' / '.join(fixes)}")
-    return out
-
-
-def _said(row: dict) -> str:
-    """What an engine did with a cap, in a few words: the verdict's verb and the form it matched, if any."""
-    if row.get("fits"):
-        return f"matched '{row['fits']}' on"
-    if row.get("outside"):
-        return (f"differs from transformers outside the caps (already {row['outside']:.2g} at the first token, "
-                f"where no attention cap acts), beside")
-    hint = (row.get("hint") or "").split("; matches none of")[0]
-    named = row["verdict"] == "different" and hint.startswith(("matches ", "closest to ", "nearest "))
-    return VERBS[row["verdict"]] + (f" ({hint})" if named and not hint.startswith("matches none") else "")
-
-
-def _answer(data: dict) -> tuple[str, ...]:
-    """The finding in three sentences, from the results as parity.as_dict (or merge) gives them."""
-    rows = data["rows"]
-    bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD], _said)
-    bad += [f"{r['engine']} ({r['route']}) applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
-            for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
-    ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})
-    missing = sorted({r["engine"] for r in rows if r["verdict"] == "could not run"})
-    reach = "; ".join(f"{m['model']}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items()
-                                                                   if isinstance(v, float)) for m in data["models"])
-    coarse = _grouped(rows, [r for r in rows if r["verdict"] == "not bound"], lambda r: "cannot tell, in its precision,")
-    ran = [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set")]
-    first = ("Caps lost, altered or added: " + "; ".join(bad) if bad else
-             "No engine ran, so no cap was judged" if not ran else
-             "Every engine that ran applied every cap its precision lets this judge" if coarse else
-             "Every engine that ran applied every cap it was given") + f" (inputs built so that each cap binds; {reach})."
-    second = (f"Undecided (neither reference ten times nearer): {'; '.join(coarse)}. " if coarse else "") \
-        + f"Applied by: {', '.join(ok) or 'none'}."
-    from softcapgrad.engines.parity import precap_beyond
-
-    upstream: dict = {}
-    for r in rows:
-        if r["cap"] == "final" and precap_beyond(r):
-            upstream.setdefault(f"{r['engine']} ({r['route']})", []).append(r["model"])
-    second += (" Differ from transformers before the final cap by more than the tolerance at that scale, whatever "
-               "the verdict (pre-cap error in the tables): "
-               + "; ".join(f"{k} on {', '.join(v)}" for k, v in upstream.items()) + "." if upstream else "")
-    unstable = sorted({f"{r['engine']} ({r['route']}) on {r['model']}" for r in rows
-                       if r["verdict"] == "not deterministic"})
-    third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else
-             "Every engine listed ran.") + (f" A model that changes from load to load (no cap verdict given): "
-                                            f"{'; '.join(unstable)}." if unstable else "") + " GPU kernels (vLLM's CUDA backends, SGLang, flash-attn): not measured here."
-    return first, second, third
-
-
-def parity_report(results, params: dict, written: tuple = (), repro=None, bundled=()) -> Report:
-    """The parity run as a report; ``written``: the files put in place (none: nothing was written); ``bundled``: the
-    reproduction bundles written in ``repro``."""
-    from softcapgrad.core.report import Table
-    from softcapgrad.engines import parity
-
-    rows = [{"engine": r["engine"], "route": r["route"], "model": r["model"], "cap": r["cap"],
-             "verdict": r["verdict"], "max_logit": r.get("max_logit"), "error": r["error"],
-             "error_off": r["error_off"], "tolerance": r["tolerance"], "where": r["where"],
-             "note": r.get("hint", ""), "precap_error": r.get("precap_error"), "reach": r["reach"]}
-            for p in results for r in p.rows]
-    engines = [{"engine": e["engine"], "route": e["route"], "model": e["model"], "cpu_s": e["cpu_s"],
-                "wall_s": e["wall_s"], "reason": e["reason"] or "", "did": e["did"] or e["how"]}
-               for p in results for e in p.engines]
-    return Report(
-        command="parity", params=params,
-        tables=(
-            Table("rows", "verdict per engine and cap (log-prob errors over the whole vocabulary)", rows,
-                  ("engine", "route", "model", "cap", "verdict", "max_logit", "error"),
-                  wide=("error_off", "tolerance", "where", "note", "precap_error", "reach")),
-            Table("engines", "engines: CPU time (user + system) of the child process, conversion included", engines,
-                  ("engine", "route", "model", "cpu_s", "wall_s"), wide=("reason", "did")),
-            Table("not_measured", "not measured here", parity.not_here(), ("engine", "verdict"), wide=("would_check",)),
-        ),
-        notes=(f"written: {', '.join(map(str, written))}" if written else "nothing written (no --out)",
-               *([f"reproduction bundles in {repro}: {len(bundled)} ("
-                  + (", ".join(b["bundle"] for b in bundled) or "no finding") + ")"] if repro is not None else []),
-               "error: largest |Δ log-prob| against the capped form; error off: against the uncapped form; the final "
-               "cap is judged on the engine's own pre-cap logits, the attention cap against transformers fp32 eager"),
-        answer=_answer(parity.as_dict(results)),
-    )
 
 
 def _say(line: str) -> None:
@@ -279,7 +173,7 @@ def parity(
             if update:
                 data = run.merge(earlier, data)
                 data["params"] = {**earlier["params"], "updated": earlier["params"].get("updated", []) + [params]}
-            answer = _answer(data)
+            answer = answer_of(data)
             written = replace_all(result_set(out, {"parity.json": json.dumps({**data, "answer": list(answer)},
                                                                              indent=1, sort_keys=True) + "\n",
                                                    "parity.md": run.markdown(data, answer)},
