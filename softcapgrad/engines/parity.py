@@ -333,7 +333,8 @@ def markdown(data: dict, answer: tuple[str, ...]) -> str:
         reach = ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items() if isinstance(v, float))
         rows = _of(data, "rows", m["model"])
         older = sorted({generation(r) for r in rows} - {ref.GENERATION})
-        lines += [f"## {m['model']}", "", f"caps {m['caps']}; largest |a/c| reached: {reach}; "
+        caps = {k: m["caps"][k] for k in sorted(m["caps"])}  # as the JSON (sort_keys) holds them, whichever path
+        lines += [f"## {m['model']}", "", f"caps {caps}; largest |a/c| reached: {reach}; "
                   f"{m['tokens']} tokens, full vocabulary of {m['vocabulary']}."
                   + (f" {m['note']}." if m.get("note") else "")
                   + (f" Rows of generation {', '.join(map(str, older))} were measured on the models an earlier "
