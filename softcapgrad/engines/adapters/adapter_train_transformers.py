@@ -6,7 +6,7 @@ one example (the token ids as inputs and labels); ``*-bf16`` sets ``bf16=True`` 
 bf16 over fp32 weights). ``loop-*`` is the plain PyTorch loop without Trainer:
 ``model(input_ids=ids, labels=ids).loss.backward()``, for environments where Trainer cannot start.
 The model is loaded as adapter_transformers_load loads it (local files only, no remote code;
-``attn_implementation="eager"`` for routes ending in ``eager``).
+``attn_implementation="eager"`` for routes ending in ``eager`` or ``eager-bf16``).
 
 Routes ``lora`` and ``lora-eager`` wrap the model in peft's ``get_peft_model`` with ``LoraConfig(task_type=
 "CAUSAL_LM")`` at its defaults (peft's own target modules for the model type, B initialised to zero, so the
@@ -185,11 +185,18 @@ def arrays(kept: dict, model=None) -> dict:
     return out
 
 
+def loaded_as(route: str) -> str:
+    """The route name the loader reads (it loads eager attention for names ending in ``eager``): ``eager-bf16``
+    loads as ``eager``. Read as its own name, it loaded the default attention, sdpa in transformers 4.57.6 and
+    5.0.0, which takes no cap."""
+    return route.removesuffix("-bf16")
+
+
 def run_variant(run, variant: str) -> dict:
     import torch
 
     torch.manual_seed(0)
-    model, attention, dtype = load(types.SimpleNamespace(route=run.route, folder=run.folder), variant)
+    model, attention, dtype = load(types.SimpleNamespace(route=loaded_as(run.route), folder=run.folder), variant)
     head = model.get_output_embeddings()
     wrapped, how = None, ""
     if run.route.startswith("lora"):
