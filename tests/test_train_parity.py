@@ -483,3 +483,78 @@ def test_a_model_that_differs_elsewhere_is_not_said_to_give_its_cap_another_grad
     rows = _rows(bound, step)
     assert rows["final"]["verdict"] == tv.DIFFERENT and "outside the caps" in rows["final"]["hint"]
     assert "does not expose" in rows["final"]["hint"]
+
+
+def test_a_model_without_its_sliding_window_is_named_and_its_caps_still_judged(bound):
+    """A route whose local layers attend to every token (mlx-lm's Gemma 2): the attention row says the model is
+    'different' and names the form; the final cap, judged on the route's own a, is applied."""
+    from softcapgrad.engines.alternatives import WINDOWLESS
+
+    reference = bound[2]
+    windowless = reference.others[WINDOWLESS]
+    assert tv.logit_error(windowless, reference.steps["capped"]) > 100 * tv.tolerances(reference, tv.verdict.FP32)[
+        "forward"]  # the window binds on this model: the form is another model, not a twin of the capped one
+    rows = _rows(bound, windowless)
+    assert rows["attention"]["verdict"] == tv.DIFFERENT and rows["attention"]["form"] == WINDOWLESS
+    assert "its gradients match that model's" in rows["attention"]["hint"]
+    assert rows["final"]["verdict"] == tv.APPLIED
+
+
+def test_a_frozen_parameter_is_left_out_only_where_the_route_names_it(bound, tmp_path):
+    """mlx-lm's full fine-tune trains no embedding: a step without that gradient is applied when its file names the
+    parameter frozen, and not when it does not (a gradient that never arrived is a finding)."""
+    capped = bound[2].steps["capped"]
+    name = "model.embed_tokens.weight"
+    arrays = {"loss": np.asarray(capped.loss), "logits": capped.logits, "precap": capped.precap,
+              "precap_grad": capped.precap_grad, "logits_grad": capped.logits_grad,
+              **{f"grad/{k}": v for k, v in capped.grads.items() if k != name}}
+    named = _read(tmp_path, {**arrays, f"frozen/{name}": np.zeros(0)})
+    assert named.frozen == {name}
+    assert [r["verdict"] for r in tv.judge(named, bound[2])] == [tv.APPLIED, tv.APPLIED]
+    silent = _read(tmp_path, arrays)
+    rows = tv.judge(silent, bound[2])
+    assert rows[0]["verdict"] != tv.APPLIED and rows[0]["grad_where"] == name, rows  # the final row: its own arithmetic
+    with pytest.raises(ValueError, match="frozen"):
+        _read(tmp_path, {**arrays, f"grad/{name}": capped.grads[name], f"frozen/{name}": np.zeros(0)})
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("mlxlm")
+def test_mlx_lm_trains_gemma2_without_its_window_and_its_cap_gradient_outlives_torchs(bound, tmp_path,
+                                                                                       engine_environment):
+    """mlx-lm's own Gemma 2 on the MLX CPU build, live: the full fine-tune and the LoRA step both match the model
+    without the sliding window (caps applied, gradients within fp32's bound of that model's), the full step names
+    the embedding and final norm frozen, and past torch's fp32 first zero (|a/c| ≈ 9) MLX's tanh backward still
+    gives a non-zero dL/da: its first zero lies beyond |a/c| = 24."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.alternatives import WINDOWLESS
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("mlxlm")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path)]
+    c = reference.caps["final"]
+    for route in (r for r in train_parity.MLX_ROUTES if r.precision == "fp32"):
+        rows, steps, info = train_parity._route("mlx-lm", route, state, reference, tmp_path, folders, 300)
+        assert info["reason"] is None and "mlx_lm.models.gemma2" in info["did"], info
+        assert [(r["verdict"], r.get("form")) for r in rows] == [(tv.DIFFERENT, WINDOWLESS), (tv.APPLIED, None)], rows
+        assert all(r["grad_error"] <= r["grad_tolerance"] for r in rows)
+        if route.id == "full":
+            assert steps["capped"].frozen == {"model.embed_tokens.weight", "model.norm.weight"}
+        zero = train_parity.first_zero(list(steps.values()), c, ids)
+        assert zero["last_alive"] / c > 24 and (zero["first_dead"] is None or zero["first_dead"] / c > 24), zero
+
+
+def test_every_eager_route_loads_eager_attention():
+    """The loader gives eager attention to route names ending in 'eager': each training route whose description
+    says eager must reach it under such a name (eager-bf16 once loaded the default attention, sdpa in transformers
+    4.57.6 and 5.0.0, and so trained without the attention cap while its row said eager)."""
+    from softcapgrad.engines import train_parity
+
+    adapter = _adapter()
+    said_eager = [r.id for r in train_parity.ROUTES if 'attn_implementation="eager"' in r.text]
+    assert "eager-bf16" in said_eager
+    assert all(adapter.loaded_as(route).endswith("eager") for route in said_eager)
+    assert not any(adapter.loaded_as(r.id).endswith("eager") for r in train_parity.ROUTES if r.id not in said_eager)

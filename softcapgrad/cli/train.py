@@ -62,8 +62,9 @@ def train_parity(
         "--model-type", help="A capped model type parity builds (repeatable; default gemma2, gemma3_text, "
                               "nanochat).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
-        "--engine", help="transformers, transformers-4, transformers-5.0, peft-trl, torchtune, litgpt, kerashub or "
-                         "all (repeatable; default all). Environments are used as built unless --install.")] = None,
+        "--engine", help="transformers, transformers-4, transformers-5.0, peft-trl, torchtune, litgpt, kerashub, "
+                         "mlx-lm or all (repeatable; default all). Environments are used as built unless "
+                         "--install.")] = None,
     install: Annotated[bool, typer.Option("--install", help="Build the chosen engines' missing environments "
                                                             "first.")] = False,
     seq_len: Annotated[int, typer.Option("--seq-len", callback=Bound(2, 512, "the tiny models' positions"),

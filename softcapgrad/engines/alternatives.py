@@ -7,6 +7,8 @@ scores scaled by the head size where query_pre_attn_scalar is not it, and the tw
 
 from __future__ import annotations
 
+import contextlib
+
 from softcapgrad.engines import reference as ref
 from softcapgrad.engines import verdict
 
@@ -14,25 +16,34 @@ from softcapgrad.engines import verdict
 WINDOWS = ("sliding_window", "attention_window_size")  # the config fields (and module attributes) of a local window
 
 
-def window_alternatives(model, ids) -> dict:
-    """What an engine that drops the local layers' sliding window computes, with and without the attention cap
-    (final cap off, as the attention check compares; and with it, for engines judged on their capped run):
-    the window set far beyond the inputs on the config and on every module that keeps its own copy, then
-    restored."""
-    import contextlib
+WINDOWLESS = "the sliding window not applied"
 
+
+@contextlib.contextmanager
+def window_dropped(model):
+    """The local layers' sliding window set far beyond the inputs, on the config and on every module that keeps its
+    own copy, then restored; yields whether the model has one."""
     saved = [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
              if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
-    if not saved:
-        return {}
-    with contextlib.ExitStack() as restore:
-        restore.callback(lambda: [setattr(h, f, v) for h, f, v in saved])
+    try:
         for h, f, _ in saved:
             setattr(h, f, 10 * ref.MAX_TOKENS)
-        forms = {"the sliding window not applied": ref.logits(model, ids, off=("final",)),
+        yield bool(saved)
+    finally:
+        for h, f, v in saved:
+            setattr(h, f, v)
+
+
+def window_alternatives(model, ids) -> dict:
+    """What an engine that drops the local layers' sliding window computes, with and without the attention cap
+    (final cap off, as the attention check compares; and with it, for engines judged on their capped run)."""
+    with window_dropped(model) as has_window:
+        if not has_window:
+            return {}
+        forms = {WINDOWLESS: ref.logits(model, ids, off=("final",)),
                  "the sliding window and the attention cap both dropped": ref.logits(model, ids, off=ref.CAPS)}
         if model.config.final_logit_softcapping is not None:  # the same with the final cap on (verdict.CAPPED)
-            forms[verdict.CAPPED + "the sliding window not applied"] = ref.logits(model, ids)
+            forms[verdict.CAPPED + WINDOWLESS] = ref.logits(model, ids)
             forms[verdict.CAPPED + "the sliding window and the attention cap both dropped"] = ref.logits(
                 model, ids, off=("attention",))
         return forms

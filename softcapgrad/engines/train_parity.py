@@ -32,9 +32,10 @@ from softcapgrad.engines.parity import recorded
 
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
-           "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub"}
+           "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub",
+           "mlx-lm": "mlxlm"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
-            "kerashub": "train_kerashub"}
+            "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -64,7 +65,12 @@ KERAS_ROUTES = (catalog.Route("jax", "Keras Hub's own CausalLM, one fit step on 
                 catalog.Route("jax-mixed-bf16", "the same under the mixed_bfloat16 dtype policy", "bf16"),
                 catalog.Route("torch", "Keras Hub's own CausalLM, one fit step on the torch backend, float32"),
                 catalog.Route("torch-mixed-bf16", "the same under the mixed_bfloat16 dtype policy", "bf16"))
-ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES}
+MLX_ROUTES = (catalog.Route("full", "mlx-lm's own model, one step as mlx_lm.lora --fine-tune-type full takes it "
+                                     "(default_loss, every block trained), the weights' dtype (fp32)"),
+              catalog.Route("full-bf16", "the same step after model.set_dtype(mx.bfloat16)", "bf16"),
+              catalog.Route("lora", "mlx_lm.lora's LoRA step at its CLI defaults (rank 8, scale 20), every block"))
+ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES,
+             "mlx-lm": MLX_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 
@@ -72,8 +78,10 @@ def routes(engine: str) -> tuple:
     return ROUTES_OF.get(engine, TRAINER_ROUTES)
 
 
-SWEEP = (12.0, 24.0)  # largest |a/c| of the sweep folders: past fp32's and bf16's horizons (softcapgrad horizon)
+SWEEP = (12.0, 24.0, 48.0)  # largest |a/c| of the sweep folders: past fp32's and bf16's horizons (softcapgrad
+# horizon), and past 45.05, where MLX's tanh backward (computed from the input, not the output) first gives 0 in fp32
 STACK = "torch-eager-cpu"
+OWN_BACKWARD = {"mlx-lm": "MLX"}  # engines whose cap's backward is their own library's, not torch's: no stack row
 FORMATS = {"fp32": "float32", "bf16": "bfloat16"}
 TIMES = ("cpu_s", "wall_s")
 _JUDGING = threading.Lock()
@@ -216,7 +224,11 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
                        versions=_short(info["versions"]))
             if row["cap"] == "final" and steps and reference.caps["final"] is not None:
                 zero = first_zero(list(steps.values()), reference.caps["final"], reference.ids)
-                row.update(zero, **stack_agreement(zero, info["precision"], reference.caps["final"]))
+                row.update(zero, **(stack_agreement(zero, info["precision"], reference.caps["final"])
+                                    if engine not in OWN_BACKWARD else
+                                    {"stack": None, "stack_first_zero": None, "agrees": None,
+                                     "first_dead_note": f"{OWN_BACKWARD[engine]}'s own tanh backward: no stack of "
+                                                        f"softcapgrad stacks computes it, so none is compared"}))
             elif row["cap"] == "attention" and steps:
                 row["first_dead_note"] = "the route does not expose the attention scores or their gradient"
         result.rows.extend(rows)

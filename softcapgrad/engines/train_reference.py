@@ -12,8 +12,9 @@ the fp32 bound the verdicts allow (engines/train_verdict.py), far inside a bf16 
 Besides the four variants (``reference.VARIANTS``), the references hold each cap computed forward as
 c·tanh(a/c) with another backward (``FORMS``): straight-through (the upstream gradient unchanged),
 detached (no gradient), the gradient of a·tanh(a/c) instead, and the exact backward rounded to bf16
-under the fp64 forward; and the two caps' values swapped. A route's step matching one of those names
-what it computes.
+under the fp64 forward; the two caps' values swapped; and, where the model has local layers, both caps
+with the sliding window not applied (engines/alternatives.py: MLX's Gemma 2 attends to every token). A route's
+step matching one of those names what it computes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from softcapgrad.engines import reference as ref
+from softcapgrad.engines import alternatives, reference as ref
 
 SWAPPED = "the two caps' values swapped"
 HIDDEN = "the final cap on the final hidden state before the output projection"
@@ -52,6 +53,7 @@ class Step:
     lora: dict | None = None  # a LoRA step: base weight name -> its adapter's A [r, in]; ``grads`` then hold dL/dB
     lora_scale: float | None = None
     token_log_probs: np.ndarray | None = None  # a fused head: each position's log-prob of the next token, no logits
+    frozen: frozenset = frozenset()  # parameters the route trains none of (mlx-lm's full fine-tune: embedding, norm)
 
 
 def next_token_log_probs(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -101,12 +103,15 @@ def read_step(path: Path) -> Step:
         raise ValueError("no loss, logits or token log-probs in the step's file")
     grads = {k[len("grad/"):]: v for k, v in values.items() if k.startswith("grad/")}
     lora = {k[len("lora_A/"):]: v for k, v in values.items() if k.startswith("lora_A/")}
+    frozen = frozenset(k[len("frozen/"):] for k in values if k.startswith("frozen/"))
+    if frozen & set(grads):
+        raise ValueError(f"the step's file gives a gradient for a parameter it says is frozen: {sorted(frozen & set(grads))[0]}")
     if lora and (set(lora) != set(grads) or "lora_scale" not in values
                  or any(grads[n].ndim != 2 or a.ndim != 2 or grads[n].shape[1] != a.shape[0] for n, a in lora.items())):
         raise ValueError("a LoRA step's file needs, for each adapted weight, dL/dB [out, r], A [r, in] and the scale")
     return Step(float(values["loss"]), values.get("logits"), grads, values.get("precap"), values.get("precap_grad"),
                 values.get("logits_grad"), lora or None, float(values["lora_scale"]) if lora else None,
-                values.get("token_log_probs"))
+                values.get("token_log_probs"), frozen)
 
 
 def upstream(step: Step, ids: np.ndarray) -> tuple[np.ndarray | None, str]:
@@ -276,6 +281,9 @@ def train_reference(model, ids: np.ndarray, scales: dict, applied: dict) -> Trai
         by_cap["final"] = {n: step(wide, ids, final_fn=f) for n, f in named.items()}
     width = max(int(np.max(getattr(wide.config, n, 0) or 0)) for n in ("hidden_size", "intermediate_size"))
     others = {}
+    with alternatives.window_dropped(wide) as has_window:  # a library whose local layers attend to every token
+        if has_window:
+            others[alternatives.WINDOWLESS] = step(wide, ids)
     if caps["final"] is not None:  # a library that caps the normed hidden state (torchtune's Gemma2FinalNorm)
         others[HIDDEN] = step(wide, ids, hidden=True)
         if (exchanged := _exchanged(wide, ids, swap=False)) is not None:

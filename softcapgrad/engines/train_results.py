@@ -37,14 +37,17 @@ def _zeros(rows: list[dict]) -> str:
     groups: dict = {}
     for r in rows:
         if r["cap"] == "final" and r.get("first_dead") is not None:
-            groups.setdefault((r["precision"], r["c"], r.get("stack_first_zero")), []).append(r)
+            own = "" if r.get("stack_first_zero") is not None else f"{r['engine']} "
+            groups.setdefault((own, r["precision"], r["c"], r.get("stack_first_zero")), []).append(r)
     said = []
-    for (precision, c, stack), found in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (own, precision, c, stack), found in sorted(groups.items(), key=lambda kv: kv[0][:3]):
         alive = [r["last_alive"] for r in found if r.get("last_alive") is not None]
         agree = sum(1 for r in found if r.get("agrees"))
         said.append(f"{precision} at c = {c:g}: above {max(alive, default=0):.6g}, by {min(r['first_dead'] for r in found):.6g} "
                     f"({agree} of {len(found)} routes' brackets hold stacks' torch-eager-cpu {stack:.6g})"
-                    if stack is not None else f"{precision} at c = {c:g}: by {min(r['first_dead'] for r in found):.6g}")
+                    if stack is not None else f"{own}{precision} at c = {c:g}: above {max(alive, default=0):.6g}, by "
+                                              f"{min(r['first_dead'] for r in found):.6g} (its own backward; no stack "
+                                              "compared)")
     return "; ".join(said)
 
 

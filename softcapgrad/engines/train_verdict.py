@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from softcapgrad.engines import verdict
+from softcapgrad.engines.alternatives import WINDOWLESS
 from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, SWAPPED, WHOLE_FORMS,
                                                  lora_view,
                                                  next_token_log_probs, upstream)
@@ -45,7 +46,8 @@ NOT_SET = "not set"
 NO_ARCHITECTURE = "no such architecture"
 BAD = (OTHER, IGNORED, ELSEWHERE, NOT_FINITE, DIFFERENT)
 ON = {"capped": {"attention", "final"}, "attention off": {"final"}, "final off": {"attention"}, "uncapped": set(),
-      HIDDEN: {"attention"}, HIDDEN_EXCHANGED: {"attention"}}  # the attention cap in place, the final one elsewhere
+      HIDDEN: {"attention"}, HIDDEN_EXCHANGED: {"attention"},  # the attention cap in place, the final one elsewhere
+      WINDOWLESS: {"attention", "final"}}  # both caps, the local layers' window dropped
 BF16 = 2.0 ** -8
 LOWER = "computed in a lower precision than the forward"
 
@@ -185,6 +187,9 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     grads, where, said = {}, {}, ""
     if f_cell is not None and not set(WHOLE_FORMS) & {f_cell, l_cell}:
         candidates, said = _candidates(step, reference, l_cell if l_cell not in (None, f_cell) else f_cell, local)
+        if step.frozen:  # what the route does not train is left out on every side
+            candidates = {k: {n: g for n, g in v.items() if n not in step.frozen} for k, v in candidates.items()}
+            said += f"; left out, as the route freezes them: {', '.join(sorted(step.frozen))}"
         view = lora_view(step)
         if view is not None:  # a LoRA step: every reference's gradients as the adapters' B see them
             candidates = {k: view(v) for k, v in candidates.items()}
@@ -235,6 +240,11 @@ def _cap_row(cap, c, judged, local, extra) -> dict:
     for form in WHOLE_FORMS:
         if form in (f_cell, l_cell):
             return _row(cap, c, DIFFERENT, f"matches {form}", form=form, **extra)
+    if f_cell == WINDOWLESS and cap == "attention":  # the window is the attention's: its row says the model differs
+        grads = (f"its gradients match that model's ({g_how})" if g_cell == "exact" else
+                 f"its gradients match none of that model's references ({g_how})")
+        return _row(cap, c, DIFFERENT, f"the returned logits match {WINDOWLESS}, both caps applied ({f_how}); {grads}",
+                    form=WINDOWLESS, **extra)
     if f_cell in (HIDDEN, HIDDEN_EXCHANGED) and cap == "final":
         return _row(cap, c, ELSEWHERE, f"the returned logits match {f_cell} ({f_how})", form=f_cell, **extra)
     if f_cell is None:
