@@ -558,3 +558,31 @@ def test_every_eager_route_loads_eager_attention():
     assert "eager-bf16" in said_eager
     assert all(adapter.loaded_as(route).endswith("eager") for route in said_eager)
     assert not any(adapter.loaded_as(r.id).endswith("eager") for r in train_parity.ROUTES if r.id not in said_eager)
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("train-fused")
+def test_cut_cross_entropy_keeps_the_final_cap_only_when_it_is_passed(bound, tmp_path, engine_environment):
+    """The final cap inside a fused loss, live: Cut Cross-Entropy's CPU implementation with softcap=c trains Gemma 2
+    with both caps forward and backward; the same call without softcap (its README's example) ignores the final
+    cap while the attention cap, the model's own, stays applied. Its Triton implementation needs a GPU driver."""
+    import torch
+
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("train-fused")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    routes = {r.id: r for r in train_parity.FUSED_ROUTES}
+    expected = {"cce": [tv.APPLIED, tv.APPLIED], "cce-no-softcap": [tv.APPLIED, tv.IGNORED]}
+    for name, verdicts in expected.items():
+        rows, _, info = train_parity._route("fused-loss", routes[name], state, reference, tmp_path, ["capped"], 300)
+        assert info["reason"] is None and "impl='torch_compile'" in info["did"], info
+        assert [r["verdict"] for r in rows] == verdicts, rows
+        assert all(r["grad_error"] <= r["grad_tolerance"] for r in rows)
+    if not torch.cuda.is_available():
+        rows, _, info = train_parity._route("fused-loss", routes["cce-default"], state, reference, tmp_path,
+                                            ["capped"], 300)
+        assert [r["verdict"] for r in rows] == [tv.NOT_RUN, tv.NOT_RUN] and "active drivers" in info["reason"], info

@@ -33,9 +33,9 @@ from softcapgrad.engines.parity import recorded
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
            "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub",
-           "mlx-lm": "mlxlm"}
+           "mlx-lm": "mlxlm", "fused-loss": "train-fused"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
-            "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm"}
+            "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm", "fused-loss": "train_fused"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -69,8 +69,15 @@ MLX_ROUTES = (catalog.Route("full", "mlx-lm's own model, one step as mlx_lm.lora
                                      "(default_loss, every block trained), the weights' dtype (fp32)"),
               catalog.Route("full-bf16", "the same step after model.set_dtype(mx.bfloat16)", "bf16"),
               catalog.Route("lora", "mlx_lm.lora's LoRA step at its CLI defaults (rank 8, scale 20), every block"))
+FUSED_ROUTES = (  # the final cap inside a fused linear cross-entropy, on transformers' model (eager, fp32)
+    catalog.Route("cce", "Cut Cross-Entropy's linear_cross_entropy on the final hidden state and the head's weight, "
+                         "softcap=final_logit_softcapping, impl='torch_compile' (its implementation without a GPU)"),
+    catalog.Route("cce-no-softcap", "the same call without softcap, as Cut Cross-Entropy's README example makes it"),
+    catalog.Route("cce-default", "the same call with its default implementation, impl='cce' (Triton kernels)"),
+    catalog.Route("liger", "Liger-Kernel's _apply_liger_kernel_to_instance(model) at its defaults (its fused linear "
+                           "cross-entropy takes the final cap), then model(ids, labels=ids)"))
 ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES,
-             "mlx-lm": MLX_ROUTES}
+             "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 
