@@ -268,14 +268,47 @@ def test_compiled_gates_are_named_in_one_line_not_shown_as_zero():
     model = Gated()
     compiled = torch.compile(model)
     x = torch.randn(4, 8)
-    compiled(x).sum().backward()  # compiled before the monitor: its gates run inside generated kernels
+    with torch._inductor.config.patch(pre_grad_custom_pass=None):  # compiled as before any monitor existed
+        compiled(x).sum().backward()  # its gates run inside generated kernels, with no counters
     monitor = GateMonitor()
     for _ in range(2):  # the second watches nothing at all (no eager gate ran), and still says what it cannot see
         with monitor:
             compiled(x).sum().backward()
     assert monitor.rows() == [] and monitor.sites_only
-    assert monitor.hidden().startswith("2 compiled regions ran")
+    assert monitor.hidden().startswith("2 compiled regions ran: no gate")
     assert len(monitor.report().answer) <= 3 and "compiled" in monitor.report().answer[0]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("model_type", ["lfm3", "laguna"])
+def test_compiled_gates_are_counted_from_their_inputs_as_eager_counts_them(model_type):
+    """A model compiled after the monitor exists: its sigmoid and softplus gates are counted from inside the
+    compiled code, with the eager monitor's sites, element counts and closed and saturated counts (float32: the
+    compiled inputs differ from eager's by reassociation, about 1e-6 relative, and no element here lies that close
+    to a threshold), the mean within 1e-5 relative, and no zero-gradient share (their backward is not seen)."""
+    eager = GateMonitor()
+    model = tiny(model_type, torch.float32)
+    with eager:
+        _step(model)
+    compiled_monitor = GateMonitor()  # before the compile: its graphs carry the counters
+    model = tiny(model_type, torch.float32)
+    model.forward = torch.compile(model.forward)
+    with compiled_monitor:
+        _step(model)
+    expected = {(r.module, r.fn): r for r in eager.rows() if r.fn != "softmax"}
+    rows = {(r.module, r.fn): r for r in compiled_monitor.rows()}
+    assert set(rows) == set(expected) and expected
+    for key, r in rows.items():
+        e = expected[key]
+        assert r.count == e.count
+        assert round(r.closed_share * r.count) == round(e.closed_share * e.count)
+        assert round(r.saturated_share * r.count) == round(e.saturated_share * e.count)
+        assert r.mean_gate == pytest.approx(e.mean_gate, rel=1e-5)
+        assert r.zero_grad_share is None and e.zero_grad_share is not None
+    assert compiled_monitor.hidden().startswith("1 compiled region ran: their sigmoid and softplus gates are counted")
+    assert "no site's backward was seen" in compiled_monitor.report().answer[0]
 
 
 def test_bad_options_are_one_line():
@@ -350,3 +383,25 @@ def test_trainer_callback_logs_gate_health_of_each_watched_step(tmp_path):
         assert last[f"gates/{r.module}/sigmoid/closed"] == closed / count
     assert last["gates/closing"] == 0.0
 
+
+
+def test_the_in_graph_counters_tell_an_activation_from_a_gate():
+    """In a compiled graph the pass marks x·σ(αx) (and x·σ(x)) "sigmoid·x", which the gate monitor leaves out, while
+    a gate σ(g(x)) multiplying x and a softplus stay gates."""
+    from softcapgrad.training import ingraph
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return x * torch.sigmoid(1.702 * x) + x * torch.sigmoid(x) + x * torch.sigmoid(self.g(x)) \
+                + F.softplus(self.g(x))
+
+    graph = torch.fx.symbolic_trace(Both()).graph
+    for node in graph.nodes:  # as dynamo's graphs carry it, so the pass can tell tensors apart
+        node.meta["example_value"] = torch.empty(2, 8)
+    assert ingraph.instrument(graph) == 4
+    fns = [n.args[1] for n in graph.nodes if n.target is ingraph.OP]
+    assert fns == ["sigmoid·x", "sigmoid·x", "sigmoid", "softplus"]

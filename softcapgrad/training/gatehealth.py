@@ -21,8 +21,12 @@ its output feeds a top-k (attention's softmax never does). ``first_zero(fn, dtyp
 row the input from which the site's gradient is exactly 0 with the gate stuck open (σ stored as 1.0) and
 stuck shut; ``softcapgrad.stacks.watch.GateMonitor`` looks them up in the measured gate stacks.
 
-Compiled code is not counted: a gate inside a compiled region runs inside generated kernels the mode
-does not see, and the report says so in one line (``hidden``) instead of showing zeros.
+Compiled code: a gate inside a compiled region runs inside generated kernels the mode does not see. The
+in-graph counters of softcapgrad.training.ingraph (a pre-grad pass the monitor installs: create it before
+the model compiles) hand each compiled sigmoid's and softplus's input to the monitor, which counts the
+gate from it (its output recomputed in the gate's format as the kernel computes it: in fp32, rounded to
+that format); their backward runs in generated code, so those rows have no zero-gradient share.
+Regions compiled before the pass are not counted, and the report says so in one line (``hidden``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from softcapgrad.core.report import Report, render_table
-from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, one_step
+from softcapgrad.training import ingraph
+from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, one_step, recomputing, short_file
 from softcapgrad.training.gatecalls import GateCalls
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
@@ -98,6 +103,8 @@ class GateMonitor(SitedMode):
         self._sited: SiteWatch | None = None
         self._calls = GateCalls(self)
         self._calls_ok: bool | None = None  # whether _GateCalls saw every gate a sited step counted (None: not asked)
+        self.compiled_sites: set[GateSite] = set()  # sites counted from inside compiled code
+        ingraph.install()
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -106,6 +113,8 @@ class GateMonitor(SitedMode):
     def _open(self) -> None:
         self.watched += not self.held
         self._seen = {}
+        self._watcher = (threading.get_ident(), self._compiled_gate)
+        ingraph.WATCHERS.append(self._watcher)  # compiled gates' counters call it, mode or no mode
 
     def _watch(self, modules: list) -> SiteWatch:
         if self._calls_ok:  # the torch calls of the gate modules' own code: the cheaper watch
@@ -117,6 +126,7 @@ class GateMonitor(SitedMode):
                          also=self._calls if self._calls.probe is not None else None)
 
     def _closed(self, sited: bool, exc: tuple) -> None:
+        ingraph.WATCHERS.remove(self._watcher)
         self._learn(sited, raised=exc[0] is not None)
         probe, self._calls.probe = self._calls.probe, None
         self._calls.unwatch()
@@ -239,6 +249,22 @@ class GateMonitor(SitedMode):
         low, high = (v.item() for v in torch.aminmax(x.detach()))
         s.low, s.high = min(s.low, low), max(s.high, high)
 
+    def _compiled_gate(self, a: torch.Tensor, fn: str, below: str, where: str, cap: float) -> None:
+        """A gate inside compiled code, counted from its input ``a`` (x·σ(αx) arrives as "sigmoid·x": left out)."""
+        if fn not in ("sigmoid", "softplus") or recomputing():
+            return
+        inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region
+        model, module = self._owners.owner(inner, outer, below=below)
+        file, _, line = where.rpartition(":")
+        site = GateSite(model, module, f"{short_file(file)}:{line}" if file else where, fn,
+                        str(a.dtype).removeprefix("torch."), a.device.type)
+        if self.only is not None and not self.only(site.module, fn):
+            return
+        x = a.detach()
+        f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
+        self.compiled_sites.add(site)
+        self._count(site, x, f(x.float()).to(x.dtype))
+
     def _choose(self, t) -> None:
         if not isinstance(t, torch.Tensor):
             return
@@ -287,9 +313,13 @@ class GateMonitor(SitedMode):
 
     def hidden(self) -> str | None:
         n = self._compiled.entered
+        if n and self.compiled_sites:
+            return (f"{n} compiled region{'s' if n != 1 else ''} ran: their sigmoid and softplus gates are counted "
+                    "from their inputs, with no zero-gradient share (their backward runs in generated code); "
+                    "routers inside them are not counted")
         if n:
-            return (f"{n} compiled region{'s' if n != 1 else ''} ran: gates inside compiled code are not counted "
-                    "(GateMonitor counts the gates that run eagerly)")
+            return (f"{n} compiled region{'s' if n != 1 else ''} ran: no gate inside compiled code was counted "
+                    "(regions compiled before a GateMonitor existed carry no counters)")
         return None
 
     def _zone(self, fn: str, dtype: str, device: str) -> GateZero:

@@ -116,11 +116,13 @@ def gate_sentences(rows: list[dict], hidden: str | None) -> tuple[str, ...]:
         return ("No gate ran: the model has no sigmoid or softplus gate and no softmax router that ran eagerly"
                 + (f" ({hidden})." if hidden else "."),)
     closing = [r["module"] for r in rows if r["trend"] == "closing"]
+    seen = [r for r in rows if r["zero_grad_share"] is not None]  # compiled sites: their backward is not seen
     low = sorted({r["dtype"] for r in rows if r["dtype"] in ("bfloat16", "float16")})
     out = [f"{len(rows)} gate site{'s' if len(rows) != 1 else ''} ran ({', '.join(sorted({r['fn'] for r in rows}))}"
            + (f"; {sum(r['dtype'] in low for r in rows)} in {'/'.join(low)}" if low else "") + "): at most "
            f"{_share(rows, 'closed_share')} of a site's elements were closed, {_share(rows, 'saturated_share')} "
-           f"stored saturated and {_share(rows, 'zero_grad_share')} got an exactly-zero gradient.",
+           f"stored saturated and " + (f"{_share(seen, 'zero_grad_share')} got an exactly-zero gradient." if seen else
+                                       "no site's backward was seen (compiled code)."),
            (f"Closing, window after window: {', '.join(closing[:3])}{', …' if len(closing) > 3 else ''}." if closing
             else "No site is closing.")]
     if hidden:

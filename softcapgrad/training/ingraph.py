@@ -6,8 +6,9 @@ tanh from the saved input ``a`` in fp32: whether an element's gradient is exactl
 ``torch-compile-cuda``). So a cap is counted by looking at ``a``.
 
 An inductor pre-grad pass (installed by :func:`install`, before the model compiles) puts one call
-of the custom op ``softcapgrad::cap_input(a, fn, module, site, cap)`` in front of each tanh (and
-sigmoid) of the graph: the module path inside the compiled region and the source line come from
+of the custom op ``softcapgrad::cap_input(a, fn, module, site, cap)`` in front of each tanh, sigmoid
+and softplus of the graph (``fn`` "sigmoid·x" where the sigmoid's output is multiplied by its own
+input, x·σ(αx): an activation, which the gate monitor leaves out): the module path inside the compiled region and the source line come from
 the trace's metadata, c from a division (or product) by a constant. The op does nothing and returns
 nothing; it is declared side-effecting so that no pass removes it, and it only reads ``a``, so the
 forward and backward kernels compute the same bits. Its kernel hands the real ``a`` to each monitor
@@ -23,7 +24,7 @@ import threading
 
 import torch
 
-VERSION = "3"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
+VERSION = "4"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
 
 
 # the active monitors' counters, each with the thread that entered it (a dispatch mode is per thread too, and a
@@ -55,6 +56,7 @@ torch.fx.node.has_side_effect(OP)
 
 _TANH = {torch.tanh, torch.tanh_, torch.nn.functional.tanh, torch.Tensor.tanh, torch.Tensor.tanh_}
 _SIGMOID = {torch.sigmoid, torch.sigmoid_, torch.nn.functional.sigmoid, torch.Tensor.sigmoid, torch.Tensor.sigmoid_}
+_SOFTPLUS = {torch.nn.functional.softplus}
 _DIV = {operator.truediv, torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__}
 _MUL = {operator.mul, torch.mul, torch.Tensor.mul, torch.Tensor.__mul__}
 # in place: ``a.div_(c)`` overwrites a, so the counter must read a before that node
@@ -105,15 +107,31 @@ def _value(node: torch.fx.Node):
     return node.meta.get("example_value", node.meta.get("val"))
 
 
+def _activation(node: torch.fx.Node, x: torch.fx.Node) -> bool:
+    """Whether the sigmoid ``node`` of ``x`` is multiplied by its own input: x·σ(x), or x·σ(αx) with a constant α."""
+    sources = {x}
+    if _is(x, _MUL, ("mul", "__mul__")) and len(x.args) == 2:
+        sources |= {a for a, k in (x.args, x.args[::-1]) if isinstance(a, torch.fx.Node) and isinstance(k, (int, float))}
+    for user in node.users:
+        if _is(user, _MUL, ("mul", "__mul__")) and len(user.args) == 2:
+            other = user.args[1] if user.args[0] is node else user.args[0]
+            if other in sources:
+                return True
+    return False
+
+
 def instrument(graph: torch.fx.Graph) -> int:
-    """Put a ``cap_input`` call before each tanh and sigmoid of a pre-grad graph; the number put."""
+    """Put a ``cap_input`` call before each tanh, sigmoid and softplus of a pre-grad graph; the number put."""
     put = 0
     for node in list(graph.nodes):
         fn = "tanh" if _is(node, _TANH, ("tanh", "tanh_")) else \
-            "sigmoid" if _is(node, _SIGMOID, ("sigmoid", "sigmoid_")) else None
+            "sigmoid" if _is(node, _SIGMOID, ("sigmoid", "sigmoid_")) else \
+            "softplus" if _is(node, _SOFTPLUS, ()) and len(node.args) == 1 and not node.kwargs else None
         if fn is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
         a, cap, overwrite = _numerator(node.args[0]) if fn == "tanh" else (node.args[0], None, None)
+        if fn == "sigmoid" and _activation(node, a):
+            fn = "sigmoid·x"
         value = _value(a)
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             continue

@@ -255,8 +255,9 @@ class DeadZoneMonitor(SitedMode):
 
     def _compiled_input(self, a: torch.Tensor, fn: str, below: str, where: str, cap: float) -> None:
         """A cap inside compiled code: its input ``a`` against the compiled path's first zero (|a| ≥ it: dead)."""
-        if recomputing():
+        if recomputing() or fn == "softplus":  # softplus: a gate, not a cap (GateMonitor counts it)
             return
+        fn = "sigmoid" if fn == "sigmoid·x" else fn  # every sigmoid is counted here, as eagerly
         inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region
         model, module = self._owners.owner(inner, outer, below=below)
         file, _, line = where.rpartition(":")
