@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import sys
 import types
 
@@ -586,3 +587,61 @@ def test_cut_cross_entropy_keeps_the_final_cap_only_when_it_is_passed(bound, tmp
         rows, _, info = train_parity._route("fused-loss", routes["cce-default"], state, reference, tmp_path,
                                             ["capped"], 300)
         assert [r["verdict"] for r in rows] == [tv.NOT_RUN, tv.NOT_RUN] and "active drivers" in info["reason"], info
+
+
+def _result(engines: dict, models: list[str], seed: int = 0) -> dict:
+    """A train-parity.json's shape: ``engines`` maps an engine to the verdict each of its rows holds."""
+    rows = [{"engine": e, "route": "r", "model": m, "cap": cap, "verdict": v} for m in models
+            for e, v in engines.items() for cap in ("attention", "final")]
+    routes = [{"engine": e, "route": "r", "model": m} for m in models for e in engines]
+    return {"params": {"seed": seed, "seq_len": 16, "engines": list(engines), "model_types": models},
+            "models": [{"model": m} for m in models], "rows": rows, "routes": routes}
+
+
+def test_an_update_replaces_only_the_engines_and_types_it_measured():
+    from softcapgrad.engines import train_results
+
+    old = _result({"transformers": "old", "litgpt": "old"}, ["gemma2", "nanochat"])
+    new = _result({"litgpt": "new"}, ["gemma2", "gemma3_text"])
+    merged = train_results.merge(old, new, ["transformers", "litgpt"])
+    got = {(r["engine"], r["model"]): r["verdict"] for r in merged["rows"]}
+    assert got == {("transformers", "gemma2"): "old", ("litgpt", "gemma2"): "new", ("transformers", "nanochat"): "old",
+                   ("litgpt", "nanochat"): "old", ("litgpt", "gemma3_text"): "new"}
+    assert [m["model"] for m in merged["models"]] == ["gemma2", "nanochat", "gemma3_text"]
+    assert [r["engine"] for r in merged["rows"] if r["model"] == "gemma2"] == ["transformers"] * 2 + ["litgpt"] * 2
+    assert len(merged["routes"]) == 5 and train_results.unmergeable(merged) is None
+
+
+@pytest.mark.parametrize("content,said", [
+    (None, "needs --out"), ("{", "is not JSON"), ('{"rows": []}', "holds no train-parity results"),
+    (json.dumps(_result({"litgpt": "v"}, ["gemma2"], seed=7)), "another seed")])
+def test_an_update_that_cannot_merge_is_one_line_and_exit_2_before_any_work(cli, tmp_path, content, said):
+    args = ["train-parity", "--engine", "litgpt", "--model-type", "gemma2", "--update"]
+    if content is not None:
+        (tmp_path / "train-parity.json").write_text(content, encoding="utf-8")
+        args += ["--out", str(tmp_path)]
+    code, _, out, err = cli(*args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and said in err, err
+    if content is not None:
+        assert (tmp_path / "train-parity.json").read_text(encoding="utf-8") == content
+
+
+@pytest.mark.slow
+def test_an_update_run_keeps_the_engines_it_did_not_measure(cli, tmp_path):
+    """End to end, with no engine environment built (an empty cache: each route a quick 'could not run' row): a run
+    of litgpt, then --update with torchtune, leaves both engines' rows in the results, and the answer names both."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = tmp_path / "results"
+    out.mkdir()
+    code, _, _, err = cli("train-parity", "--engine", "litgpt", "--model-type", "nanochat", "--out", str(out), env=env)
+    assert code == 0, err
+    code, _, _, err = cli("train-parity", "--engine", "torchtune", "--model-type", "nanochat", "--out", str(out),
+                          env=env)
+    assert code == 2 and "--update" in err  # a partial run does not replace them
+    code, _, _, err = cli("train-parity", "--engine", "torchtune", "--model-type", "nanochat", "--out", str(out),
+                          "--update", env=env)
+    assert code == 0, err
+    data = json.loads((out / "train-parity.json").read_text(encoding="utf-8"))
+    assert {r["engine"] for r in data["rows"]} == {"litgpt", "torchtune"}
+    assert [u["engines"] for u in data["params"]["updated"]] == [["torchtune"]]
+    assert "litgpt" in " ".join(data["answer"]) and "torchtune" in " ".join(data["answer"])

@@ -32,6 +32,32 @@ def _states(names: list[str], install: bool = False) -> dict:
     return states
 
 
+def _earlier(out: Path | None, seq_len: int, seed: int) -> dict:
+    """The results --update merges into, checked before any work: readable, and measured on the same references."""
+    import json
+
+    from softcapgrad.engines.train_results import unmergeable
+
+    if out is None:
+        raise InputError("--update needs --out DIR holding an earlier train-parity.json")
+    path = out / FILES[0]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"--update: cannot read {path}: {err.strerror}") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise InputError(f"--update: {path} is not JSON") from None
+    why = unmergeable(data)
+    if why:
+        raise InputError(f"--update: {path} cannot be merged into: {why}")
+    then = data["params"]
+    differs = [k for k, v in (("seed", seed), ("seq_len", seq_len)) if then.get(k) != v]
+    if differs:
+        raise InputError(f"--update: the earlier results were measured with another {', '.join(differs)} "
+                         f"({', '.join(f'{k} {then.get(k)!r}' for k in differs)}): their references differ")
+    return data
+
+
 def train_report(results, params: dict, answer: tuple, written: tuple = ()) -> Report:
     from softcapgrad.core.report import Table
     from softcapgrad.engines import train_results
@@ -77,6 +103,9 @@ def train_parity(
                                       help="Routes run at a time (1 to 16).")] = 1,
     out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
                                                 help="Folder for train-parity.json and train-parity.md.")] = None,
+    update: Annotated[bool, typer.Option(
+        "--update", help="Replace only the engines and model types measured now in --out's results; keep the "
+                         "rest.")] = False,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -101,8 +130,11 @@ def train_parity(
         if out is not None:
             writable_folder(out, "--out")
             check_targets([out / name for name in FILES], "--out")
-            keep_fuller(out / FILES[0], {"engines": names, "model_types": types},
-                        "a partial run does not replace them (run them all, or give another --out)")
+            if not update:
+                keep_fuller(out / FILES[0], {"engines": names, "model_types": types},
+                            "a partial run does not replace them (--update replaces only what it measures, or give "
+                            "another --out)")
+        earlier = _earlier(out, n, s) if update else None
         sources = [(t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t))) for t in types]
         for _, src in sources:
             reference.check(src.config)
@@ -121,6 +153,9 @@ def train_parity(
             torch.set_num_threads(threads)
         params = {"model_types": types, "engines": names, "seq_len": n, "seed": s, "timeout": timeout}
         data = train_results.as_dict(results, params)
+        if earlier is not None:
+            data = train_results.merge(earlier, data, list(run.ENGINES))
+            data["params"] = {**earlier["params"], "updated": earlier["params"].get("updated", []) + [params]}
         said = train_results.answer(data)
         written: list = []
         if out is not None:

@@ -22,6 +22,37 @@ def as_dict(results: list, params: dict) -> dict:
     })
 
 
+def unmergeable(data) -> str | None:
+    """Why ``data`` (a train-parity.json read back) cannot take an update; None when it can."""
+    if not (isinstance(data, dict) and isinstance(data.get("params"), dict)
+            and all(isinstance(data.get(k), list) for k in ("models", "rows", "routes"))):
+        return "it holds no train-parity results (params, models, rows, routes)"
+    for key in ("rows", "routes"):
+        if not all(isinstance(e, dict) and isinstance(e.get("engine"), str) and isinstance(e.get("model"), str)
+                   for e in data[key]):
+            return f"an entry of its {key} names no engine and model"
+    if not all(isinstance(m, dict) and isinstance(m.get("model"), str) for m in data["models"]):
+        return "an entry of its models names no model"
+    return None
+
+
+def merge(old: dict, new: dict, engines: list[str]) -> dict:
+    """``old`` results with each (engine, model) that ``new`` measured replaced by ``new``'s rows and routes;
+    models in ``old``'s order, then the new ones; on each model the engines in ``engines``' order (the catalog's),
+    each engine's routes as measured."""
+    order = {name: i for i, name in enumerate(engines)}
+    models = {m["model"]: m for m in old["models"]}
+    models.update({m["model"]: m for m in new["models"]})
+    measured = {(e["engine"], e["model"]) for e in new["routes"]}
+    merged = {**old, "models": list(models.values()), "rows": [], "routes": []}
+    for model in models:
+        for key in ("rows", "routes"):
+            kept = [e for e in old[key] if e["model"] == model and (e["engine"], model) not in measured]
+            kept += [e for e in new[key] if e["model"] == model]
+            merged[key] += sorted(kept, key=lambda e: order.get(e["engine"], len(order)))  # stable: routes stay
+    return merged
+
+
 def _fix(rows: list[dict], bad: dict) -> str:
     """A route of the same engine, precision and model whose row for this cap is applied forward and backward."""
     keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
