@@ -645,3 +645,22 @@ def test_an_update_run_keeps_the_engines_it_did_not_measure(cli, tmp_path):
     assert {r["engine"] for r in data["rows"]} == {"litgpt", "torchtune"}
     assert [u["engines"] for u in data["params"]["updated"]] == [["torchtune"]]
     assert "litgpt" in " ".join(data["answer"]) and "torchtune" in " ".join(data["answer"])
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("gemma_jax")
+def test_deepmind_gemma_gives_its_own_reason_for_not_training_a_hugging_face_folder(bound, tmp_path,
+                                                                                  engine_environment):
+    """gemma (JAX) trains from its own checkpoints and ships no reader of a Hugging Face folder: its row says so, as
+    read from the installed library, and no converter of ours stands in for it."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    state = engine_environment("gemma_jax")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    rows, _, info = train_parity._route("gemma-jax", train_parity.GEMMA_JAX_ROUTES[0], state, reference, tmp_path,
+                                        ["capped"], 120)
+    assert [r["verdict"] for r in rows] == [tv.NOT_RUN, tv.NOT_RUN]
+    assert "ships no converter from Hugging Face weights" in info["reason"], info

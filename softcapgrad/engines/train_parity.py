@@ -33,9 +33,10 @@ from softcapgrad.engines.parity import recorded
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
            "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub",
-           "mlx-lm": "mlxlm", "fused-loss": "train-fused"}
+           "mlx-lm": "mlxlm", "fused-loss": "train-fused", "gemma-jax": "gemma_jax"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
-            "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm", "fused-loss": "train_fused"}
+            "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm", "fused-loss": "train_fused",
+            "gemma-jax": "train_gemma_jax"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -76,8 +77,11 @@ FUSED_ROUTES = (  # the final cap inside a fused linear cross-entropy, on transf
     catalog.Route("cce-default", "the same call with its default implementation, impl='cce' (Triton kernels)"),
     catalog.Route("liger", "Liger-Kernel's _apply_liger_kernel_to_instance(model) at its defaults (its fused linear "
                            "cross-entropy takes the final cap), then model(ids, labels=ids)"))
+GEMMA_JAX_ROUTES = (catalog.Route("default", "Google DeepMind's gemma (JAX): its own training on the folder's "
+                                              "weights, through its own reader of a Hugging Face folder if it ships "
+                                              "one"),)
 ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES,
-             "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES}
+             "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES, "gemma-jax": GEMMA_JAX_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 
