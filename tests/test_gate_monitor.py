@@ -282,10 +282,10 @@ def test_compiled_gates_are_named_in_one_line_not_shown_as_zero():
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")
-@pytest.mark.parametrize("model_type", ["lfm3", "laguna"])
+@pytest.mark.parametrize("model_type", ["lfm3", "laguna", "mixtral"])
 def test_compiled_gates_are_counted_from_their_inputs_as_eager_counts_them(model_type):
-    """A model compiled after the monitor exists: its sigmoid and softplus gates are counted from inside the
-    compiled code, with the eager monitor's sites, element counts and closed and saturated counts (float32: the
+    """A model compiled after the monitor exists: its sigmoid and softplus gates and its softmax router are counted
+    from inside the compiled code, with the eager monitor's sites, element counts and closed and saturated counts (float32: the
     compiled inputs differ from eager's by reassociation, about 1e-6 relative, and no element here lies that close
     to a threshold), the mean within 1e-5 relative, and no zero-gradient share (their backward is not seen)."""
     eager = GateMonitor()
@@ -297,7 +297,7 @@ def test_compiled_gates_are_counted_from_their_inputs_as_eager_counts_them(model
     model.forward = torch.compile(model.forward)
     with compiled_monitor:
         _step(model)
-    expected = {(r.module, r.fn): r for r in eager.rows() if r.fn != "softmax"}
+    expected = {(r.module, r.fn): r for r in eager.rows()}
     rows = {(r.module, r.fn): r for r in compiled_monitor.rows()}
     assert set(rows) == set(expected) and expected
     for key, r in rows.items():
@@ -307,7 +307,7 @@ def test_compiled_gates_are_counted_from_their_inputs_as_eager_counts_them(model
         assert round(r.saturated_share * r.count) == round(e.saturated_share * e.count)
         assert r.mean_gate == pytest.approx(e.mean_gate, rel=1e-5)
         assert r.zero_grad_share is None and e.zero_grad_share is not None
-    assert compiled_monitor.hidden().startswith("1 compiled region ran: their sigmoid and softplus gates are counted")
+    assert compiled_monitor.hidden().startswith("1 compiled region ran: their sigmoid and softplus gates and softmax")
     assert "no site's backward was seen" in compiled_monitor.report().answer[0]
 
 
@@ -387,7 +387,7 @@ def test_trainer_callback_logs_gate_health_of_each_watched_step(tmp_path):
 
 def test_the_in_graph_counters_tell_an_activation_from_a_gate():
     """In a compiled graph the pass marks x·σ(αx) (and x·σ(x)) "sigmoid·x", which the gate monitor leaves out, while
-    a gate σ(g(x)) multiplying x and a softplus stay gates."""
+    a gate σ(g(x)) multiplying x and a softplus stay gates, and a softmax is a router only when a top-k reads it."""
     from softcapgrad.training import ingraph
 
     class Both(torch.nn.Module):
@@ -396,12 +396,14 @@ def test_the_in_graph_counters_tell_an_activation_from_a_gate():
             self.g = torch.nn.Linear(8, 8)
 
         def forward(self, x):
+            routed, _ = torch.topk(F.softmax(self.g(x), dim=-1, dtype=torch.float32), 2, dim=-1)
+            weights = F.softmax(self.g(x), dim=-1)  # read by no top-k: attention's kind, not a router
             return x * torch.sigmoid(1.702 * x) + x * torch.sigmoid(x) + x * torch.sigmoid(self.g(x)) \
-                + F.softplus(self.g(x))
+                + F.softplus(self.g(x)) + weights + routed.sum()
 
     graph = torch.fx.symbolic_trace(Both()).graph
     for node in graph.nodes:  # as dynamo's graphs carry it, so the pass can tell tensors apart
         node.meta["example_value"] = torch.empty(2, 8)
-    assert ingraph.instrument(graph) == 4
+    assert ingraph.instrument(graph) == 5
     fns = [n.args[1] for n in graph.nodes if n.target is ingraph.OP]
-    assert fns == ["sigmoid·x", "sigmoid·x", "sigmoid", "softplus"]
+    assert fns == ["router:-1:float32", "sigmoid·x", "sigmoid·x", "sigmoid", "softplus"]

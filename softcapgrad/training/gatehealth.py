@@ -23,9 +23,10 @@ stuck shut; ``softcapgrad.stacks.watch.GateMonitor`` looks them up in the measur
 
 Compiled code: a gate inside a compiled region runs inside generated kernels the mode does not see. The
 in-graph counters of softcapgrad.training.ingraph (a pre-grad pass the monitor installs: create it before
-the model compiles) hand each compiled sigmoid's and softplus's input to the monitor, which counts the
-gate from it (its output recomputed in the gate's format as the kernel computes it: in fp32, rounded to
-that format); their backward runs in generated code, so those rows have no zero-gradient share.
+the model compiles) hand each compiled sigmoid's, softplus's and router softmax's input to the monitor,
+which counts the gate from it (its output recomputed in the gate's format as the kernel computes it: in
+fp32, rounded to that format; a router's softmax over its dimension in its dtype); their backward runs in
+generated code, so those rows have no zero-gradient share.
 Regions compiled before the pass are not counted, and the report says so in one line (``hidden``).
 """
 
@@ -251,8 +252,10 @@ class GateMonitor(SitedMode):
 
     def _compiled_gate(self, a: torch.Tensor, fn: str, below: str, where: str, cap: float) -> None:
         """A gate inside compiled code, counted from its input ``a`` (x·σ(αx) arrives as "sigmoid·x": left out)."""
-        if fn not in ("sigmoid", "softplus") or recomputing():
+        if not (fn in ("sigmoid", "softplus") or fn.startswith("router:")) or recomputing():
             return
+        router = fn.split(":") if fn.startswith("router:") else None
+        fn = "softmax" if router else fn
         inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region
         model, module = self._owners.owner(inner, outer, below=below)
         file, _, line = where.rpartition(":")
@@ -261,8 +264,13 @@ class GateMonitor(SitedMode):
         if self.only is not None and not self.only(site.module, fn):
             return
         x = a.detach()
-        f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
         self.compiled_sites.add(site)
+        if router:  # the router's softmax as the graph asked for it: its dimension and dtype
+            self.routers.add(site)
+            dtype = getattr(torch, router[2]) if router[2] else None
+            self._count(site, x, torch.softmax(x, int(router[1]), dtype=dtype))
+            return
+        f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
         self._count(site, x, f(x.float()).to(x.dtype))
 
     def _choose(self, t) -> None:
@@ -314,9 +322,9 @@ class GateMonitor(SitedMode):
     def hidden(self) -> str | None:
         n = self._compiled.entered
         if n and self.compiled_sites:
-            return (f"{n} compiled region{'s' if n != 1 else ''} ran: their sigmoid and softplus gates are counted "
-                    "from their inputs, with no zero-gradient share (their backward runs in generated code); "
-                    "routers inside them are not counted")
+            return (f"{n} compiled region{'s' if n != 1 else ''} ran: their sigmoid and softplus gates and softmax "
+                    "routers are counted from their inputs, with no zero-gradient share (their backward runs in "
+                    "generated code)")
         if n:
             return (f"{n} compiled region{'s' if n != 1 else ''} ran: no gate inside compiled code was counted "
                     "(regions compiled before a GateMonitor existed carry no counters)")

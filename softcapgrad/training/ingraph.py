@@ -8,8 +8,9 @@ tanh from the saved input ``a`` in fp32: whether an element's gradient is exactl
 An inductor pre-grad pass (installed by :func:`install`, before the model compiles) puts one call
 of the custom op ``softcapgrad::cap_input(a, fn, module, site, cap)`` in front of each tanh, sigmoid
 and softplus of the graph (``fn`` "sigmoid·x" where the sigmoid's output is multiplied by its own
-input, x·σ(αx): an activation, which the gate monitor leaves out): the module path inside the compiled region and the source line come from
-the trace's metadata, c from a division (or product) by a constant. The op does nothing and returns
+input, x·σ(αx): an activation, which the gate monitor leaves out), and in front of each softmax
+whose output a top-k reads (a router: ``fn`` "router:DIM:DTYPE", the softmax's dimension and
+dtype): the module path inside the compiled region and the source line come from the trace's metadata, c from a division (or product) by a constant. The op does nothing and returns
 nothing; it is declared side-effecting so that no pass removes it, and it only reads ``a``, so the
 forward and backward kernels compute the same bits. Its kernel hands the real ``a`` to each monitor
 active at the time (``WATCHERS``), with or without a dispatch mode on the stack; outside a monitor a
@@ -24,7 +25,7 @@ import threading
 
 import torch
 
-VERSION = "4"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
+VERSION = "5"  # part of the pass's cache key: compiled graphs cached with an older pass are not reused
 
 
 # the active monitors' counters, each with the thread that entered it (a dispatch mode is per thread too, and a
@@ -57,6 +58,8 @@ torch.fx.node.has_side_effect(OP)
 _TANH = {torch.tanh, torch.tanh_, torch.nn.functional.tanh, torch.Tensor.tanh, torch.Tensor.tanh_}
 _SIGMOID = {torch.sigmoid, torch.sigmoid_, torch.nn.functional.sigmoid, torch.Tensor.sigmoid, torch.Tensor.sigmoid_}
 _SOFTPLUS = {torch.nn.functional.softplus}
+_SOFTMAX = {torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax}
+_TOPK = {torch.topk, torch.Tensor.topk}
 _DIV = {operator.truediv, torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__}
 _MUL = {operator.mul, torch.mul, torch.Tensor.mul, torch.Tensor.__mul__}
 # in place: ``a.div_(c)`` overwrites a, so the counter must read a before that node
@@ -111,7 +114,8 @@ def _activation(node: torch.fx.Node, x: torch.fx.Node) -> bool:
     """Whether the sigmoid ``node`` of ``x`` is multiplied by its own input: x·σ(x), or x·σ(αx) with a constant α."""
     sources = {x}
     if _is(x, _MUL, ("mul", "__mul__")) and len(x.args) == 2:
-        sources |= {a for a, k in (x.args, x.args[::-1]) if isinstance(a, torch.fx.Node) and isinstance(k, (int, float))}
+        sources |= {a for a, k in (x.args, x.args[::-1])
+                    if isinstance(a, torch.fx.Node) and isinstance(k, (int, float))}
     for user in node.users:
         if _is(user, _MUL, ("mul", "__mul__")) and len(user.args) == 2:
             other = user.args[1] if user.args[0] is node else user.args[0]
@@ -120,13 +124,25 @@ def _activation(node: torch.fx.Node, x: torch.fx.Node) -> bool:
     return False
 
 
+def _router(node: torch.fx.Node) -> str | None:
+    """"router:DIM:DTYPE" where ``node`` is a softmax over a constant dimension whose output a top-k reads."""
+    if not _is(node, _SOFTMAX, ("softmax",)) or not any(_is(u, _TOPK, ("topk",)) for u in node.users):
+        return None
+    dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    dtype = node.kwargs.get("dtype", node.args[2] if len(node.args) > 2 else None)
+    if not isinstance(dim, int) or not (dtype is None or isinstance(dtype, torch.dtype)):
+        return None
+    return f"router:{dim}:{str(dtype).removeprefix('torch.') if dtype is not None else ''}"
+
+
 def instrument(graph: torch.fx.Graph) -> int:
-    """Put a ``cap_input`` call before each tanh, sigmoid and softplus of a pre-grad graph; the number put."""
+    """Put a ``cap_input`` call before each tanh, sigmoid, softplus and router softmax of a pre-grad graph; the
+    number put."""
     put = 0
     for node in list(graph.nodes):
         fn = "tanh" if _is(node, _TANH, ("tanh", "tanh_")) else \
             "sigmoid" if _is(node, _SIGMOID, ("sigmoid", "sigmoid_")) else \
-            "softplus" if _is(node, _SOFTPLUS, ()) and len(node.args) == 1 and not node.kwargs else None
+            "softplus" if _is(node, _SOFTPLUS, ()) and len(node.args) == 1 and not node.kwargs else _router(node)
         if fn is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
         a, cap, overwrite = _numerator(node.args[0]) if fn == "tanh" else (node.args[0], None, None)

@@ -255,7 +255,7 @@ class DeadZoneMonitor(SitedMode):
 
     def _compiled_input(self, a: torch.Tensor, fn: str, below: str, where: str, cap: float) -> None:
         """A cap inside compiled code: its input ``a`` against the compiled path's first zero (|a| ≥ it: dead)."""
-        if recomputing() or fn == "softplus":  # softplus: a gate, not a cap (GateMonitor counts it)
+        if recomputing() or fn == "softplus" or fn.startswith("router:"):  # gates, not caps (GateMonitor's)
             return
         fn = "sigmoid" if fn == "sigmoid·x" else fn  # every sigmoid is counted here, as eagerly
         inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region

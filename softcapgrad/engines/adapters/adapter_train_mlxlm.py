@@ -137,7 +137,8 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
             continue
         hf = key.replace(".linear.weight", ".weight")
         if hf not in known:
-            raise RuntimeError(f"mlx-lm's parameter {key} has no tensor {hf} in the folder: no transformers name for it")
+            raise RuntimeError(f"mlx-lm's parameter {key} has no tensor {hf} in the folder: no transformers name "
+                               "for it")
         out[f"grad/{hf}"] = g
     if run.route == "lora":
         out["lora_scale"] = np.asarray(LORA["scale"], dtype=np.float64)
