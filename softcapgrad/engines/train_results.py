@@ -6,7 +6,7 @@ from softcapgrad.engines import train_verdict as tv
 from softcapgrad.engines.parity import _clean, _fmt
 
 ROW_KEYS = ("engine", "route", "model", "cap", "c", "verdict", "form", "precision", "versions", "forward_cell",
-            "loss_cell", "forward_error", "forward_tolerance", "grad_error", "grad_tolerance", "grad_where",
+            "loss_cell", "forward_error", "forward_tolerance", "grad_error", "grad_tolerance", "grad_where", "grad_scale",
             "local_error", "local_grad_error", "local_grad_tolerance", "first_dead", "last_alive", "zeros",
             "first_dead_over_c", "stack", "stack_first_zero", "agrees", "first_dead_note", "hint")
 TIMES = ("cpu_s", "wall_s")
@@ -95,6 +95,12 @@ def answer(data: dict) -> tuple[str, ...]:
     first = ("Routes that train without a cap or with another gradient: " + "; ".join(said) + "." if said else
              "No route ran, so no cap was judged." if not ran else
              "Every route that ran applied every cap it could be judged on, forward and backward.")
+    scaled: dict = {}
+    for r in rows:
+        if r.get("grad_scale") is not None:
+            scaled.setdefault(f"{r['grad_scale']:.6g}", {})[f"{r['engine']} ({r['route']})"] = None
+    first += (" Loss and every gradient scaled as a whole (a loss normalised by another count, not a cap's doing): "
+              + "; ".join(f"{', '.join(who)} by {s}" for s, who in scaled.items()) + "." if scaled else "")
     undecided = sorted({f"{r['engine']} ({r['route']}) {r['cap']}" for r in rows if r["verdict"] == tv.NOT_BOUND})
     zeros = _zeros(rows)
     second = ((f"Undecided in their precision (no reference within the tolerance or {tv.verdict.RATIO:g} times "

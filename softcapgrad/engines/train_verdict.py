@@ -81,6 +81,23 @@ def grad_error(mine: dict, other: dict) -> tuple[float, str]:
     return worst, where
 
 
+def loss_scale(step, cell, tol: dict) -> float | None:
+    """s where the step's dL/dz is s times the reference cell's (least squares, the rest within the gradient
+    tolerance) and its loss s times that cell's (within the forward tolerance), s not 1: a loss normalised by
+    another count (transformers 4.57.6's Trainer divides by every label, n, where the model averages n − 1)."""
+    if cell is None or step.logits_grad is None or cell.logits_grad is None \
+            or step.logits_grad.shape != cell.logits_grad.shape:
+        return None
+    mine, other = np.asarray(step.logits_grad, np.float64), np.asarray(cell.logits_grad, np.float64)
+    norm = float(np.vdot(other, other))
+    if not norm:
+        return None
+    s = float(np.vdot(mine, other)) / norm
+    if not s or abs(s - 1.0) <= tol["grad"] or grad_error({"z": mine / s}, {"z": other})[0] > tol["grad"]:
+        return None
+    return s if abs(step.loss - s * cell.loss) <= tol["forward"] else None
+
+
 def tolerances(reference, unit: float, once: float = 0.0) -> dict:
     m = float(np.abs(reference.steps["capped"].logits).max())
     return {"forward": verdict.tolerance(unit, m, reference.width, once),
@@ -88,10 +105,13 @@ def tolerances(reference, unit: float, once: float = 0.0) -> dict:
 
 
 def nearest(errors: dict, tol: float) -> tuple[str | None, str]:
-    """The one candidate the step lies within ``tol`` of (none other), or ``RATIO`` times nearer than any other."""
+    """The one candidate the step lies within ``tol`` of (none other), or ``RATIO`` times nearer than any other (a
+    lone candidate only within ``tol``: with no other, nearer says nothing)."""
     ranked = sorted(errors.items(), key=lambda kv: kv[1])
     best, e = ranked[0]
-    second = ranked[1][1] if len(ranked) > 1 else float("inf")
+    if len(ranked) == 1:
+        return (best, "within tolerance") if e <= tol else (None, f"nearest {best} ({e:.3g}), no other reference")
+    second = ranked[1][1]
     if e <= tol and second > tol:
         return best, "within tolerance"
     if e * verdict.RATIO < second:
@@ -185,8 +205,18 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     l_cell, _ = nearest(loss, tol["forward"])
     local = local_final(step, caps["final"], unit, reference.ids) if caps["final"] is not None else None
     grads, where, said = {}, {}, ""
+    scale = loss_scale(step, refs.get(f_cell), tol) if f_cell is not None and l_cell != f_cell else None
+    mine = step.grads
+    if scale is not None:  # the logits are the cell's, the loss and dL/dz a constant times its: judged unscaled
+        l_cell = f_cell
+        said = (f"; the loss and every gradient are {scale:.6g} times the reference's (the loss normalised by "
+                "another count), compared once divided by it")
     if f_cell is not None and not set(WHOLE_FORMS) & {f_cell, l_cell}:
-        candidates, said = _candidates(step, reference, l_cell if l_cell not in (None, f_cell) else f_cell, local)
+        base = l_cell if l_cell not in (None, f_cell) else f_cell
+        candidates, how = _candidates(step, reference, base, local)
+        said += how
+        if scale is not None and not how:  # the route's own dL/da, carried back, is already scaled
+            mine = {k: v / scale for k, v in step.grads.items()}
         if step.frozen:  # what the route does not train is left out on every side
             candidates = {k: {n: g for n, g in v.items() if n not in step.frozen} for k, v in candidates.items()}
             said += f"; left out, as the route freezes them: {', '.join(sorted(step.frozen))}"
@@ -195,7 +225,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
             candidates = {k: view(v) for k, v in candidates.items()}
             said += "; LoRA: the references' dL/dW as dL/dB = scale·(dL/dW)·Aᵀ of the adapted weights"
         for name, other in candidates.items():
-            grads[name], where[name] = grad_error(step.grads, other)
+            grads[name], where[name] = grad_error(mine, other)
         for cap in reference.forms:
             if (cap, FORM_NAMES[3]) in candidates:  # what one bf16 rounding of this cap's backward does here
                 grads[("low", cap)] = grad_error(candidates[(cap, FORM_NAMES[3])], candidates["exact"])[0]
@@ -204,7 +234,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     shown = g_cell if g_cell is not None else "exact"
     shared = {"forward_cell": f_cell, "loss_cell": l_cell, "forward_error": forward.get(f_cell),
               "forward_tolerance": tol["forward"], "grad_tolerance": tol["grad"], "grad_error": grads.get(shown),
-              "grad_where": where.get(shown)}
+              "grad_where": where.get(shown), "grad_scale": scale}
     rows = []
     for cap in ("attention", "final"):
         c = caps[cap]
