@@ -326,6 +326,18 @@ def _main(
     pass
 
 
+def earlier_results(path: Path) -> object:
+    """The JSON of results that --update merges into, read before any work; one line and exit 2 when it cannot be."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"--update: cannot read {path}: {err.strerror}") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise InputError(f"--update: {path} is not JSON") from None
+
+
 def keep_fuller(path: Path, measured: dict[str, list[str]], advice: str) -> None:
     """Refuse, before any work, to write over results in ``path`` that hold more than this run measures: an
     engine or model type listed in its params under a key of ``measured`` that this run leaves out. Results

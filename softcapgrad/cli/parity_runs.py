@@ -7,21 +7,14 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from softcapgrad.cli.common import InputError, not_with
+from softcapgrad.cli.common import earlier_results, InputError, not_with
 
 
 def earlier(out) -> dict:
     """The parity results ``--update`` merges into, checked before any work."""
-    import json
-
     if out is None:
         raise InputError("--update needs --out DIR holding an earlier parity.json")
-    try:
-        data = json.loads((out / "parity.json").read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"--update: cannot read {out / 'parity.json'}: {err.strerror}") from None
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        raise InputError(f"--update: {out / 'parity.json'} is not JSON") from None
+    data = earlier_results(out / "parity.json")
     if not (isinstance(data, dict) and all(isinstance(data.get(k), list) for k in ("models", "rows", "engines"))
             and isinstance(data.get("params"), dict)):
         raise InputError(f"--update: {out / 'parity.json'} holds no parity results (models, rows, engines)")

@@ -5,7 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import emit, InputError, Json, keep_fuller, pick, Report, seed_in_range, Wide
+from softcapgrad.cli.common import (earlier_results, emit, InputError, Json, keep_fuller, pick, Report,
+                                   seed_in_range, Wide)
 from softcapgrad.cli.limits import Bound, path_given, SEED
 
 FILES = ("train-parity.json", "train-parity.md")
@@ -34,19 +35,12 @@ def _states(names: list[str], install: bool = False) -> dict:
 
 def _earlier(out: Path | None, seq_len: int, seed: int) -> dict:
     """The results --update merges into, checked before any work: readable, and measured on the same references."""
-    import json
-
     from softcapgrad.engines.train_results import unmergeable
 
     if out is None:
         raise InputError("--update needs --out DIR holding an earlier train-parity.json")
     path = out / FILES[0]
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"--update: cannot read {path}: {err.strerror}") from None
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        raise InputError(f"--update: {path} is not JSON") from None
+    data = earlier_results(path)
     why = unmergeable(data)
     if why:
         raise InputError(f"--update: {path} cannot be merged into: {why}")

@@ -83,6 +83,15 @@ _SHORT: dict[str, str] = {}  # file -> its short name, for the working directory
 _SHORT_FOR: list = [None, None]
 
 
+def compiled_site(frame, owners, below: str, where: str) -> tuple[str, str, str]:
+    """(model, module, file:line) of a site inside compiled code, from the in-graph counter's module path ``below``
+    and traced ``where``, the region run by the module whose call is below ``frame``."""
+    inner, outer, _ = call_site(frame)
+    model, module = owners.owner(inner, outer, below=below)
+    file, _, line = where.rpartition(":")
+    return model, module, f"{short_file(file)}:{line}" if file else where
+
+
 def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:
     """(innermost module, outermost module, file:line) of the op whose dispatch runs below ``frame``."""
     inner = outer = None

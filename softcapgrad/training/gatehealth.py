@@ -44,7 +44,7 @@ from torch.overrides import TorchFunctionMode
 
 from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph
-from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, one_step, recomputing, short_file
+from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, compiled_site, one_step, recomputing
 from softcapgrad.training.gatecalls import GateCalls
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
@@ -256,11 +256,8 @@ class GateMonitor(SitedMode):
             return
         router = fn.split(":") if fn.startswith("router:") else None
         fn = "softmax" if router else fn
-        inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region
-        model, module = self._owners.owner(inner, outer, below=below)
-        file, _, line = where.rpartition(":")
-        site = GateSite(model, module, f"{short_file(file)}:{line}" if file else where, fn,
-                        str(a.dtype).removeprefix("torch."), a.device.type)
+        model, module, where = compiled_site(sys._getframe(2), self._owners, below, where)
+        site = GateSite(model, module, where, fn, str(a.dtype).removeprefix("torch."), a.device.type)
         if self.only is not None and not self.only(site.module, fn):
             return
         x = a.detach()

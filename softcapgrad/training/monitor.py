@@ -48,8 +48,8 @@ from torch._ops import HigherOrderOperator
 from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph, ranks
 from softcapgrad.training.attribution import (
-    CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, no_lookup, one_step, path_name, recomputing,
-    short_file,
+    CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, compiled_site, no_lookup, one_step, path_name,
+    recomputing,
 )
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.tally import (
@@ -258,12 +258,9 @@ class DeadZoneMonitor(SitedMode):
         if recomputing() or fn == "softplus" or fn.startswith("router:"):  # gates, not caps (GateMonitor's)
             return
         fn = "sigmoid" if fn == "sigmoid·x" else fn  # every sigmoid is counted here, as eagerly
-        inner, outer, _ = call_site(sys._getframe(2))  # the module running the compiled region
-        model, module = self._owners.owner(inner, outer, below=below)
-        file, _, line = where.rpartition(":")
+        model, module, where = compiled_site(sys._getframe(2), self._owners, below, where)
         dtype, device = str(a.dtype).removeprefix("torch."), a.device.type
-        site = Site(model, module, f"{short_file(file)}:{line}" if file else where, fn, dtype, device, cap or None,
-                    compiled=True)
+        site = Site(model, module, where, fn, dtype, device, cap or None, compiled=True)
         tally = self._tallies.setdefault(site, _Tally())
         tally.calls += 1
         tally.count += a.numel()

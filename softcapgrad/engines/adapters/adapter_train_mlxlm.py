@@ -109,8 +109,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
     n = ids.size
     batch = mx.array(np.concatenate([ids, ids[:1]]).reshape(1, -1))  # one more target, masked out by the lengths
     lengths = mx.array([[1, n - 1]])
-    plain = model(mx.array(ids.reshape(1, -1)))
-    probed, tied, seen = _probed(model, n, plain.shape[-1])
+    probed, tied, seen = _probed(model, n, int(run.config(variant)["vocab_size"]))
     logits = probed(mx.array(ids.reshape(1, -1)))
     precap = seen.get("precap")
     (loss, _), grads = nn.value_and_grad(probed, default_loss)(probed, batch, lengths)
