@@ -49,7 +49,7 @@ from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph, ranks
 from softcapgrad.training.attribution import (
     CompiledRegions, FirstZero, FirstZeroLookup, Owners, call_site, compiled_site, no_lookup, one_step, path_name,
-    recomputing,
+    recomputing, short_file,  # noqa: F401 -- short_file: addressed here too
 )
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.tally import (
