@@ -106,3 +106,30 @@ def test_a_llama_cpp_row_is_judged_in_the_coarsest_format_on_its_path(monkeypatc
     monkeypatch.syspath_prepend(str(runner.ADAPTERS))
     adapter = importlib.import_module("adapter_llamacpp")
     assert adapter.coarsest(types, route) == judged
+
+
+def test_mistral_rs_reads_its_kv_cache_dtype_from_its_own_log_line(monkeypatch, tmp_path):
+    """The engine prints its choice on fd 1 once per process (a OnceLock): the line is captured below Python's
+    sys.stdout, still reaches the child's stdout, and decides every later variant of the process."""
+    import importlib
+    import os
+
+    monkeypatch.syspath_prepend(str(runner.ADAPTERS))
+    adapter = importlib.import_module("adapter_mistral_rs")
+    monkeypatch.setattr(adapter, "KV_SEEN", [])
+    read, write = os.pipe()
+    saved = os.dup(1)
+    os.dup2(write, 1)
+    try:
+        with adapter.StdoutTo(tmp_path) as log:
+            os.write(1, b"INFO mistralrs_core::kv_cache: Using f16 KV cache on CPU (set MISTRALRS_CPU_KV_F32=1)\n")
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(write)
+    passed = os.read(read, 4096).decode()
+    os.close(read)
+    assert adapter.KV_F16_LINE in log.text and adapter.KV_F16_LINE in passed
+    assert adapter.kv_cache_f16(log.text) and adapter.kv_cache_f16("")  # a later variant: no line, same choice
+    monkeypatch.setattr(adapter, "KV_SEEN", [])
+    assert not adapter.kv_cache_f16("INFO loading F32 weights\n")

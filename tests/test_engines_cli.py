@@ -117,6 +117,21 @@ def test_the_answer_never_calls_a_row_its_precision_cannot_decide_applied():
     assert _answer(data)[0].startswith("Every engine that ran applied every cap it was given")
 
 
+def test_a_wider_bound_never_names_the_fix_of_a_stricter_finding():
+    """mistral.rs's f16-KV route passes a final cap within fp16's 15-nat bound that its f32-KV route finds 21 nats
+    off: the f16 route is not "the route that keeps it"; an fp32 route is the fix of an fp16 finding."""
+    from softcapgrad.cli.parity_report import _fix
+
+    def row(route, verdict, tolerance):
+        return {"engine": "mistral_rs", "route": route, "model": "gemma3_text", "cap": "final", "verdict": verdict,
+                "tolerance": tolerance}
+
+    strict, wide = row("multimodal-kv32", "different", 0.00183), row("multimodal", "applied", 15.0)
+    assert _fix([strict, wide], strict) == "no route of it tried here keeps it"
+    strict, wide = row("multimodal-kv32", "applied", 0.00183), row("multimodal", "different", 15.0)
+    assert _fix([strict, wide], wide) == "route multimodal-kv32 keeps it"
+
+
 @pytest.mark.parametrize("command, params", [
     (["parity", "--model-type", "gemma2", "--engine", "transformers"],
      {"engines": ["transformers", "onnx"], "model": ["gemma2"]}),

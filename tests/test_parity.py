@@ -294,6 +294,26 @@ def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
     assert alone["final"]["verdict"] == "applied" and alone["final"]["hint"].endswith("the sliding window not applied")
 
 
+def test_an_engine_that_makes_every_layer_local_is_named():
+    """mistral.rs's multimodal Gemma 3 reads no layer_types: a 2-layer model is all local. Judged on its capped
+    log-probabilities alone, the final row names that form; with every token inside the window the form is the
+    reference itself (it plants nothing else)."""
+    from softcapgrad.engines import alternatives
+
+    model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the full layer made local changes it
+    reference = ref.reference(model, ids, ref.bind(model, ids))
+    forms = alternatives.all_local_alternatives(model, ids)
+    local = forms[alternatives.ALL_LOCAL]
+    assert alternatives.LOCAL in model.config.layer_types and set(model.config.layer_types) != {alternatives.LOCAL}
+    assert np.abs(local - reference.logits["capped"]).max() > 1.0
+    short = alternatives.all_local_alternatives(model, ids[:4])[alternatives.ALL_LOCAL]
+    assert np.array_equal(short, ref.logits(model, ids[:4]))  # the same masks and kernels: the same bits
+    reference.final_alternatives.update(forms)
+    rows = {r["cap"]: r for r in verdict.verdicts({"capped": _as_fp32_logprobs(local)}, reference,
+                                                   failed={"final off": "TypeError"}, output="logprobs")}
+    assert rows["final"]["verdict"] == "different" and rows["final"]["fits"] == alternatives.ALL_LOCAL
+
+
 def test_caps_swapped_and_the_final_cap_on_the_hidden_state_are_named(capped):
     from softcapgrad.engines import alternatives
 

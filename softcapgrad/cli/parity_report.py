@@ -9,11 +9,13 @@ BAD = tuple(VERBS)
 
 
 def _fix(rows: list[dict], bad: dict) -> str:
-    """The route of the same engine that keeps this cap, as the setting to change."""
+    """The route of the same engine that keeps this cap, as the setting to change: one judged at least as strictly
+    (a tolerance no wider), so a low-precision route's wide bound is never read as the fix of an fp32 finding."""
     if bad["verdict"] == "ignores the folder's caps":
         return "the cap is set in the engine's own model config, whatever the folder says"
     keeps = [r["route"] for r in rows if r["engine"] == bad["engine"] and r["model"] == bad["model"]
-             and r["cap"] == bad["cap"] and r["verdict"] == "applied"]
+             and r["cap"] == bad["cap"] and r["verdict"] == "applied"
+             and (r.get("tolerance") or 0.0) <= (bad.get("tolerance") or 0.0)]
     return f"route {keeps[0]} keeps it" if keeps else "no route of it tried here keeps it"
 
 

@@ -2,7 +2,8 @@
 
 A form is the reference model with one known deviation planted (engines/verdict.py compares an engine's
 log-probabilities with each): the local layers' sliding window dropped (with and without the attention cap), the
-scores scaled by the head size where query_pre_attn_scalar is not it, and the two caps' values swapped.
+scores scaled by the head size where query_pre_attn_scalar is not it, the two caps' values swapped, and every layer
+local where the config mixes local and full layers.
 """
 
 from __future__ import annotations
@@ -90,3 +91,32 @@ def swapped_alternatives(model, ids) -> dict:
         for m in attention:
             m.attn_logit_softcapping = c_attention
         model.config.final_logit_softcapping = c_final
+
+
+ALL_LOCAL = "every layer local (the sliding window on the full-attention layers too)"
+LOCAL, FULL = "sliding_attention", "full_attention"
+
+
+def all_local_alternatives(model, ids) -> dict:
+    """Where ``layer_types`` mixes local and full layers: the whole model, both caps on, with every layer local,
+    as an engine computes it that takes the layer pattern from another field (mistral.rs's Gemma 3 text config
+    reads ``sliding_window_pattern``, default 6, and no ``layer_types``: a model of fewer layers is all local)."""
+    import copy
+
+    import torch
+
+    types = list(getattr(model.config, "layer_types", None) or ())
+    if set(types) != {LOCAL, FULL}:  # attention layers of both kinds, nothing else (RecurrentGemma's are derived)
+        return {}
+    config = copy.deepcopy(model.config)
+    try:
+        config.layer_types = [LOCAL] * len(types)
+    except AttributeError:  # a config that computes its layer types from other fields
+        return {}
+    with torch.device("cpu"):
+        twin = type(model)(config).to(next(model.parameters()).dtype).eval()
+    twin.load_state_dict(model.state_dict())
+    forms = {ALL_LOCAL: ref.logits(twin, ids)}
+    if ref.caps_of(config)["attention"] is not None:  # as an engine computes it that also applies the attention cap
+        forms[ALL_LOCAL + ", the attention cap forced on"] = ref.logits(twin, ids, cap_fn=ref.tanh_cap, force=True)
+    return forms

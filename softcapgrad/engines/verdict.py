@@ -371,6 +371,8 @@ def _whole_form(capped: np.ndarray, attention: dict, final: dict, reference, k: 
     attention.pop("outside", None)  # a named form explains the whole difference, the first token's too
     said = f"matches {name} ({e:.2g})"
     final["hint"] = said if final["verdict"] == "different" else f"{final['hint']}; {said}"
+    if final["verdict"] == "different":
+        final["fits"] = name  # the answer names the form, not a bare "altered"
     if attention["c"] is None or attention["verdict"] in ("not set", "unused by transformers"):
         return
     if name.startswith(SWAPPED):

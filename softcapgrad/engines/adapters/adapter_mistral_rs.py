@@ -5,11 +5,18 @@ and the top-K alternatives with K the whole vocabulary give that position's full
 
 The architecture registry is the wheel's own ``mistralrs.Architecture`` enum (plain text models); route
 ``multimodal`` asks its ``MultimodalArchitecture`` loader instead (``Which.MultimodalPlain``), which holds Gemma 3,
-Gemma 3n and Gemma 4: does it run a text-only checkpoint of those types?"""
+Gemma 3n and Gemma 4: does it run a text-only checkpoint of those types?
+
+The KV cache's dtype is the engine's own choice: on an x86 CPU with AVX-512F, or AVX2 with FMA and F16C, mistral.rs
+stores an f32 model's keys and values in f16 unless ``MISTRALRS_CPU_KV_F32=1`` (the public repository's
+mistralrs-core/src/kv_cache/mod.rs, ``cpu_kv_f16``; the 0.9.5 wheel ships no source, its binary holds the same
+variable and log line). The choice is read from the engine's own log line, printed on stdout at the first append,
+and the row is judged in f16 where it appears; the ``kv32`` routes set the variable."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 
@@ -23,7 +30,12 @@ ROUTES = {
                   "published Gemma checkpoints write it (transformers 5 writes rope_parameters only)",
     "multimodal": "Which.MultimodalPlain with the MultimodalArchitecture of the model type (its Gemma 3, Gemma 3n, "
                   "Gemma 4 loaders) on the text-only folder, rope_theta at the top as for rope-theta",
+    "kv32": "rope-theta's folder and request, with MISTRALRS_CPU_KV_F32=1: the KV cache kept in f32",
+    "multimodal-kv32": "multimodal's loader and folder, with MISTRALRS_CPU_KV_F32=1: the KV cache kept in f32",
 }
+KV_F32 = "MISTRALRS_CPU_KV_F32"  # 1: the KV cache stays f32 on a CPU where the engine would store it in f16
+KV_F16_LINE = "Using f16 KV cache on CPU"  # the engine's log line (stdout) when it stores the cache in f16
+KV_SEEN: list[bool] = []  # the choice is made once per process (a OnceLock): the first variant's log line says it
 MULTIMODAL = {"gemma3_text": "Gemma3", "gemma3n_text": "Gemma3n", "gemma4_text": "Gemma4"}  # type -> loader
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # the prompt's text unchanged: no turn markers
 
@@ -32,7 +44,7 @@ def which(run: protocol.Run, kind: str, folder):
     """The loader the route asks for: the plain one, or the multimodal architecture of the model type."""
     import mistralrs
 
-    if run.route != "multimodal":
+    if not run.route.startswith("multimodal"):
         claimed(kind)
         return mistralrs.Which.Plain(model_id=str(folder))
     names = [n for n in dir(mistralrs.MultimodalArchitecture) if not n.startswith("_")]
@@ -97,7 +109,49 @@ def prompt_text(runner, ids: list[int], vocab: dict[str, int]) -> str:
     raise RuntimeError("no text found that mistral.rs's tokenizer reads back as the prompt's token ids")
 
 
+class StdoutTo:
+    """fd 1 into a file while the engine runs (its log goes there, not through Python), then back; ``text`` holds it."""
+
+    def __init__(self, folder):
+        self.path, self.text = folder / "engine-stdout.txt", ""
+
+    def __enter__(self):
+        sys.stdout.flush()
+        self.saved, self.file = os.dup(1), open(self.path, "wb")
+        os.dup2(self.file.fileno(), 1)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
+        self.file.close()
+        self.text = self.path.read_text(encoding="utf-8", errors="replace")
+        os.write(1, self.text.encode("utf-8", errors="replace"))  # the log still reaches the child's stdout
+        return False
+
+
+def kv_cache_f16(log: str) -> bool:
+    """Whether this process's engine stores the KV cache in f16: its log line, seen now or for an earlier variant."""
+    if not KV_SEEN:
+        KV_SEEN.append(KV_F16_LINE in log)
+    return KV_SEEN[0]
+
+
 def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
+    if run.route.endswith("kv32"):
+        os.environ[KV_F32] = "1"  # read once, at the engine's first KV append: before any runner exists
+    with StdoutTo(run.scratch(f"log-{variant}")) as log:
+        rows = requests(run, variant)
+    f16 = kv_cache_f16(log.text)
+    run.precision = "fp16" if f16 else "fp32"
+    kv = ("f16 (the engine's CPU default here: its log says so; MISTRALRS_CPU_KV_F32=1 keeps f32)" if f16 else
+          "f32" + (" (MISTRALRS_CPU_KV_F32=1)" if os.environ.get(KV_F32) == "1" else " (no f16 line in the log)"))
+    run.did += f", KV cache {kv}"
+    return rows
+
+
+def requests(run: protocol.Run, variant: str) -> np.ndarray:
     import mistralrs
 
     kind = run.config(variant).get("model_type", "?")
@@ -123,8 +177,7 @@ def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     if missing:
         raise RuntimeError(f"mistral.rs returned {rows.size - missing} of {rows.size} log-probabilities")
     run.output = "logprobs"
-    run.precision = "fp32"
-    said = f"Which.MultimodalPlain({MULTIMODAL.get(kind)})" if run.route == "multimodal" else "Which.Plain"
+    said = f"Which.MultimodalPlain({MULTIMODAL.get(kind)})" if run.route.startswith("multimodal") else "Which.Plain"
     run.did = (f"mistralrs Runner, {said} (architecture and dtype automatic, the log reports F32), chat "
                f"completion with a pass-through template, max_tokens=1, top_logprobs={size} per prefix")
     run.notes = [f"top-K with K = {size}, the whole vocabulary: one request per prompt prefix",
