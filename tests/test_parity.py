@@ -12,24 +12,9 @@ from softcapgrad.engines import reference as ref  # noqa: E402
 from softcapgrad.engines import verdict  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
+from paritymodels import TOKENS, _as_fp32_logprobs, _built, _config  # noqa: E402
+
 SETS = ["final_logit_softcapping=30", "attn_logit_softcapping=50", "query_pre_attn_scalar=32"]
-TOKENS = 12
-
-
-def _config(**fields):
-    from transformers import Gemma2Config
-
-    base = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32, max_position_embeddings=128,
-                final_logit_softcapping=30.0, attn_logit_softcapping=50.0)
-    return Gemma2Config(**{**base, **fields})
-
-
-def _built(**fields):
-    src = audit.Source(_config(**fields), None, False)
-    model = ref.build(src, 0)
-    ids = np.random.default_rng(0).integers(0, 240, TOKENS)
-    return model, ids
 
 
 @pytest.fixture(scope="module")
@@ -244,12 +229,6 @@ def test_a_low_precision_route_is_judged_on_its_top_tokens(capped):
     assert dropped["final"]["verdict"] == "ignored"
 
 
-def _as_fp32_logprobs(z):
-    """What an engine that returns only log-probabilities gives: an fp32 log-softmax, -inf where fp32 underflows."""
-    lp = verdict.log_probs(z)
-    return np.where(lp < verdict.LN_TINY, -np.inf, lp)
-
-
 def test_an_engine_returning_only_log_probabilities_is_judged_against_the_reference(capped):
     _, reference = capped
     final_off = _as_fp32_logprobs(reference.logits["final off"])
@@ -292,26 +271,6 @@ def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
     alone = {r["cap"]: r for r in verdict.verdicts({"capped": kept}, reference, failed={"final off": "TypeError"})}
     assert alone["attention"]["fits"] == "the sliding window not applied"
     assert alone["final"]["verdict"] == "applied" and alone["final"]["hint"].endswith("the sliding window not applied")
-
-
-def test_an_engine_that_makes_every_layer_local_is_named():
-    """mistral.rs's multimodal Gemma 3 reads no layer_types: a 2-layer model is all local. Judged on its capped
-    log-probabilities alone, the final row names that form; with every token inside the window the form is the
-    reference itself (it plants nothing else)."""
-    from softcapgrad.engines import alternatives
-
-    model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the full layer made local changes it
-    reference = ref.reference(model, ids, ref.bind(model, ids))
-    forms = alternatives.all_local_alternatives(model, ids)
-    local = forms[alternatives.ALL_LOCAL]
-    assert alternatives.LOCAL in model.config.layer_types and set(model.config.layer_types) != {alternatives.LOCAL}
-    assert np.abs(local - reference.logits["capped"]).max() > 1.0
-    short = alternatives.all_local_alternatives(model, ids[:4])[alternatives.ALL_LOCAL]
-    assert np.array_equal(short, ref.logits(model, ids[:4]))  # the same masks and kernels: the same bits
-    reference.final_alternatives.update(forms)
-    rows = {r["cap"]: r for r in verdict.verdicts({"capped": _as_fp32_logprobs(local)}, reference,
-                                                   failed={"final off": "TypeError"}, output="logprobs")}
-    assert rows["final"]["verdict"] == "different" and rows["final"]["fits"] == alternatives.ALL_LOCAL
 
 
 def test_caps_swapped_and_the_final_cap_on_the_hidden_state_are_named(capped):

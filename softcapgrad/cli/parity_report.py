@@ -71,6 +71,13 @@ def answer_of(data: dict) -> tuple[str, ...]:
     second += (" Differ from transformers before the final cap by more than the tolerance at that scale, whatever "
                "the verdict (pre-cap error in the tables): "
                + "; ".join(f"{k} on {', '.join(v)}" for k, v in upstream.items()) + "." if upstream else "")
+    elsewhere: dict = {}
+    for r in rows:
+        if r.get("outside_form"):
+            elsewhere.setdefault((f"{r['engine']} ({r['route']})", r["outside_form"]), set()).add(r["model"])
+    second += (" Compute another model outside the caps, each cap judged on it: "
+               + "; ".join(f"{k} on {', '.join(sorted(v))}: {form}" for (k, form), v in elsewhere.items()) + "."
+               if elsewhere else "")
     unstable = sorted({f"{r['engine']} ({r['route']}) on {r['model']}" for r in rows
                        if r["verdict"] == "not deterministic"})
     third = (f"Could not run somewhere (rows give why): {', '.join(missing)}." if missing else

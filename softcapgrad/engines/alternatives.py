@@ -120,3 +120,45 @@ def all_local_alternatives(model, ids) -> dict:
     if ref.caps_of(config)["attention"] is not None:  # as an engine computes it that also applies the attention cap
         forms[ALL_LOCAL + ", the attention cap forced on"] = ref.logits(twin, ids, cap_fn=ref.tanh_cap, force=True)
     return forms
+
+
+@contextlib.contextmanager
+def exact_gelu(model):
+    """Every tanh-approximated GELU module (transformers' ``gelu_pytorch_tanh``) replaced by the exact erf form,
+    then restored; yields how many were replaced."""
+    import torch
+    from transformers.activations import GELUTanh
+
+    swapped = [(parent, name, child) for parent in model.modules() for name, child in parent._modules.items()
+               if isinstance(child, GELUTanh)]
+    try:
+        for parent, name, _ in swapped:
+            parent._modules[name] = torch.nn.GELU()
+        yield len(swapped)
+    finally:
+        for parent, name, child in swapped:
+            parent._modules[name] = child
+
+
+def gelu_alternatives(model, ids) -> dict:
+    """A model whose MLP computes GELU's tanh approximation, as an engine computes it that runs the exact erf form
+    (ExecuTorch's XNNPACK lowering drops ``approximate``): with the attention cap and without it (final cap off;
+    on, ``verdict.CAPPED``), and the whole model with both caps for engines judged on their capped run."""
+    with exact_gelu(model) as swapped:
+        if not swapped:
+            return {}
+        forms = {verdict.EXACT_GELU: ref.logits(model, ids, off=("final",)),
+                 verdict.EXACT_GELU_DROPPED: ref.logits(model, ids, off=ref.CAPS)}
+        if ref.caps_of(model.config)["final"] is not None:
+            forms[verdict.CAPPED + verdict.EXACT_GELU] = ref.logits(model, ids)
+            forms[verdict.CAPPED + verdict.EXACT_GELU_DROPPED] = ref.logits(model, ids, off=("attention",))
+        with window_dropped(model) as has_window:  # ExecuTorch's custom sdpa drops the window as well
+            if has_window:
+                forms[verdict.EXACT_GELU_WINDOWLESS] = ref.logits(model, ids, off=ref.CAPS)
+        return forms
+
+
+def gelu_whole(model, ids) -> dict:
+    """The whole model with both caps and the exact GELU: a form for engines judged on their capped run alone."""
+    with exact_gelu(model) as swapped:
+        return {verdict.EXACT_GELU: ref.logits(model, ids)} if swapped else {}

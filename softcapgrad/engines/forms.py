@@ -35,6 +35,13 @@ ALTERNATIVES = {  # final-cap forms an engine might compute instead, on the engi
 }
 ALTERNATIVE_UNITS = {"the cap computed in bf16": 2.0 ** -8, "the cap computed in fp16": 2.0 ** -11}
 
+# Whole-model forms that differ from transformers outside the caps (engines/alternatives.py plants them): a row
+# that matches one is judged on the model as the engine computes it, with the cap's verdict the form implies.
+EXACT_GELU = "GELU's exact erf form in place of its tanh approximation"
+EXACT_GELU_DROPPED = EXACT_GELU + ", the attention cap dropped"
+EXACT_GELU_WINDOWLESS = EXACT_GELU + ", the sliding window and the attention cap both dropped"
+OUTSIDE = {EXACT_GELU: "applied", EXACT_GELU_DROPPED: "ignored", EXACT_GELU_WINDOWLESS: "different"}
+
 
 def exact_cap(a: np.ndarray, c: float) -> np.ndarray:
     return c * np.tanh(np.asarray(a, dtype=np.float64) / c)

@@ -18,8 +18,8 @@ import numpy as np
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
 from softcapgrad.engines import catalog, conditioning, determinism, modeltypes, runner, verdict
-from softcapgrad.engines.alternatives import (all_local_alternatives, scaling_alternatives, swapped_alternatives,
-                                              window_alternatives)
+from softcapgrad.engines.alternatives import (all_local_alternatives, gelu_alternatives, gelu_whole,
+                                              scaling_alternatives, swapped_alternatives, window_alternatives)
 from softcapgrad.engines.vocabulary import write_tokenizer
 
 FOLDERS = {"capped": "capped", "final off": "final-off", "uncapped": "uncapped"}  # variant -> folder name
@@ -55,8 +55,10 @@ def _prepare(src, seq_len: int, seed: int, work: Path):
     if reference.alternatives:
         reference.alternatives.update(window_alternatives(model, ids))
         reference.alternatives.update(scaling_alternatives(model, ids))
+        reference.alternatives.update(gelu_alternatives(model, ids))
         reference.final_alternatives.update(swapped_alternatives(model, ids))
     reference.final_alternatives.update(all_local_alternatives(model, ids))
+    reference.final_alternatives.update(gelu_whole(model, ids))
     runner.write_ids(work, ids)
     for variant in variants(reference):
         folder = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])

@@ -32,71 +32,17 @@ ulp of c, 2^-9·c, far outside both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
 from softcapgrad.engines.repro_check import LN_TINY, log_probs, top_mask, unrepresentable, worst  # noqa: F401
 from softcapgrad.engines.forms import ALTERNATIVE_UNITS, ALTERNATIVES, _round, cap_in, exact_cap  # noqa: F401
+from softcapgrad.engines.forms import EXACT_GELU, EXACT_GELU_DROPPED, EXACT_GELU_WINDOWLESS, OUTSIDE  # noqa: F401
 
-K = 16
-FP32 = 2.0 ** -24
-RATIO = 10.0  # a low-precision row nearer one reference by this factor is judged by it (as a server's answer is)
-MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
-SWAPPED = "the two caps' values swapped"  # a whole-model form that alters the attention cap as well
-CAPPED = "with the final cap: "  # an attention alternative computed with the final cap on (engines judged capped)
-
-
-
-
-def model_scale(reference, *more: np.ndarray) -> float:
-    """M of the whole-model tolerance: the largest |logit| of the reference's capped and final-off runs (and of
-    ``more``), so the largest |pre-cap a|. A capped log-prob's error is the pre-cap logits' error, made at that
-    magnitude, times tanh's slope (at most 1): the capped comparisons take the pre-cap M, not the capped logits'
-    (at most c), which a model bound to a = 4c would hold to a quarter of its own rounding."""
-    runs = [reference.logits[v] for v in ("capped", "final off") if v in reference.logits] + list(more)
-    return float(max(np.abs(r).max() for r in runs))
-
-
-def tolerance(unit: float, scale: float, roundings: float = K, once: float = 0.0) -> float:
-    """2δ with δ = (roundings·unit + once)·scale: the largest log-prob error allowed."""
-    return 2 * (roundings * unit + once) * scale
-
-
-@dataclass(frozen=True)
-class Error:
-    value: float  # largest |Δ log-prob|
-    token: int
-    vocab: int
-    left_out: int = 0  # entries with both sides below fp32's smallest normal, not compared
-
-
-def top(lp: np.ndarray, k: int) -> np.ndarray | None:
-    """Each position's ``k`` most likely tokens as a mask (None: every token, k = 0)."""
-    return top_mask(lp, k)
-
-
-def error(lp: np.ndarray, reference_lp: np.ndarray, mask: np.ndarray | None = None) -> Error:
-    """The largest |Δ log-prob|, leaving out entries where both sides lie below LN_TINY, the log of fp32's smallest
-    normal number: a probability under it holds fewer than 24 bits in any fp32 softmax (under 2^-149 it is 0, and
-    an engine that returns log-probabilities gives -inf), so no fp32 computation's log-prob is exact there. How
-    many were left out is kept. The code is the reproduction bundles' (repro_check.worst), so that a bundle
-    compares as parity did."""
-    return Error(*worst(lp, reference_lp, mask), unrepresentable(lp, reference_lp, mask))
-
-
-def _nonfinite(*arrays) -> int:
-    """NaN and +inf entries; -inf is a log-probability's zero and is judged by the comparison (``error``)."""
-    return int(sum(np.isnan(a).sum() + np.isposinf(a).sum() for a in arrays))
-
-
-def _row(cap: str, c, verdict: str, applied: Error | None, ignored: Error | None, tol: float, **extra) -> dict:
-    return {"cap": cap, "c": c, "verdict": verdict,
-            "error": None if applied is None else applied.value,
-            "error_off": None if ignored is None else ignored.value,
-            "where": None if applied is None else f"token {applied.token}, id {applied.vocab}",
-            "tolerance": tol, **({"left_out": applied.left_out} if applied is not None and applied.left_out else {}),
-            **extra}
+from softcapgrad.engines.judging import (CAPPED, FP32, MATCH, RATIO, SWAPPED, Error, K, _nonfinite,  # noqa: F401
+                                        _row, error, model_scale, tolerance, top)
+from softcapgrad.engines.whole_forms import name_whole_form
 
 
 def final_verdict(capped: np.ndarray, final_off: np.ndarray, c: float | None, reference, k: int = 0,
@@ -199,6 +145,15 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         near = "with" if applied.value < ignored.value else "without"
         hint = (f"nearest the model {near} the attention cap ({min(applied.value, ignored.value):.2g} against "
                 f"{max(applied.value, ignored.value):.3g}), beyond this precision's bound; {hint}")
+    if fits and min(fits)[0] <= tol and min(fits)[1] in OUTSIDE:  # another model outside the caps, the cap as named
+        e, name = min(fits)
+        said = f"judged on the model as the engine computes it outside the caps: matches {name} ({e:.2g})"
+        if OUTSIDE[name] == "different":  # the cap lost with more than the cap: named as the other forms are
+            return _row("attention", c, "different", applied, ignored, tol, hint=f"matches {name} ({e:.2g})",
+                        fits=name, outside_form=name, **extra)
+        applied, ignored = ((replace(applied, value=e), ignored) if OUTSIDE[name] == "applied" else
+                            (applied, replace(ignored, value=e)))
+        return _row("attention", c, OUTSIDE[name], applied, ignored, tol, hint=said, outside_form=name, **extra)
     if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
         extra["fits"] = min(fits)[1]
     first = error(lp[:1], log_probs(on)[:1], None if mask is None else mask[:1]).value
@@ -342,7 +297,7 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
         final = final_verdict(capped, final_off, caps["final"], reference, k, unit, once)
     if capped is not None and final["verdict"] in ("ignores the folder's caps", "different") and (
             same is not None or final_off is None or output == "logprobs"):
-        _whole_form(capped, attention, final, reference, k, unit, once)
+        name_whole_form(capped, attention, final, reference, k, unit, once)
     if "outside" in attention and final["verdict"] == "different" and (final_off is None or output == "logprobs"):
         final.update(outside=attention["outside"], hint="the model differs outside its caps (the attention row's first "
                      "token), which a comparison with transformers' models cannot tell from the cap; " + final["hint"])
@@ -355,31 +310,6 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
     for row in rows:
         row.update(max_logit=largest, top_k=k)
     return rows
-
-
-def _whole_form(capped: np.ndarray, attention: dict, final: dict, reference, k: int, unit: float,
-                once: float) -> None:
-    """An engine judged on its capped run alone that differs: the whole-model form it matches (the final cap on
-    another tensor, the caps swapped), said on both rows; one that keeps the attention cap makes that applied."""
-    tol = tolerance(unit, model_scale(reference), reference.width, once)
-    lp = log_probs(capped)
-    mask = top(lp, k)
-    fits = sorted((error(lp, log_probs(v), mask).value, name) for name, v in reference.final_alternatives.items())
-    if not fits or fits[0][0] > tol or final["verdict"] == "applied":
-        return
-    e, name = fits[0]
-    attention.pop("outside", None)  # a named form explains the whole difference, the first token's too
-    said = f"matches {name} ({e:.2g})"
-    final["hint"] = said if final["verdict"] == "different" else f"{final['hint']}; {said}"
-    if final["verdict"] == "different":
-        final["fits"] = name  # the answer names the form, not a bare "altered"
-    if attention["c"] is None or attention["verdict"] in ("not set", "unused by transformers"):
-        return
-    if name.startswith(SWAPPED):
-        attention.update(verdict="different", hint=said)
-    elif attention["verdict"] == "different":
-        attention.update(verdict="applied", error=e,
-                         hint=f"judged with the final cap as the engine computes it: {said}")
 
 
 def _failed(cap: str, c, variant: str, failed: dict) -> dict:

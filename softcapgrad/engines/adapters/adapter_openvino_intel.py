@@ -1,6 +1,7 @@
 """OpenVINO through optimum-intel: ``OVModelForCausalLM.from_pretrained(DIR, export=True)``, run on the CPU at
 the runtime's default inference precision (bf16 on a CPU with bf16 instructions), and with the documented
-``INFERENCE_PRECISION_HINT: f32`` for an fp32 row.
+``INFERENCE_PRECISION_HINT: f32`` for an fp32 row. Each row records the KV cache's element type as the compiled
+model reports it (``KV_CACHE_PRECISION``) and is judged in the coarser of the two.
 
 optimum-intel's install brings a torchvision build that does not load beside CPU torch; the pinned
 environment leaves it out (the export of a causal LM does not import it)."""
@@ -16,7 +17,17 @@ ROUTES = {
     "fp32": "the same export compiled with ov_config={'INFERENCE_PRECISION_HINT': 'f32'}",
 }
 PACKAGES = ("optimum-intel", "optimum", "openvino", "nncf", "transformers", "torch")
-PRECISIONS = {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}
+PRECISIONS = {"bf16": "bf16", "f16": "fp16", "f32": "fp32", "u8": "int8", "i8": "int8", "u4": "q4_0", "i4": "q4_0"}
+COARSER = ("q4_0", "int8", "bf16", "fp16", "fp32")  # by unit roundoff, coarsest first: the row is judged in the first
+
+
+def kv_cache_precision(compiled) -> str:
+    """The KV cache's element type as the CPU plugin chose it ('' where this runtime does not report it): the
+    plugin may store the cache in a lower precision than it computes in."""
+    try:
+        return compiled.get_property("KV_CACHE_PRECISION").get_type_name()
+    except Exception:  # noqa: BLE001 -- a runtime without the property: the row says so
+        return ""
 
 
 def claimed(model_type: str) -> None:
@@ -38,10 +49,14 @@ def run_variant(run: Run, variant: str) -> np.ndarray:
     ids = torch.as_tensor(run.ids).reshape(1, -1)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    hint = model.request.get_compiled_model().get_property("INFERENCE_PRECISION_HINT").get_type_name()
-    run.precision = PRECISIONS.get(hint, hint)
-    run.did = (f"optimum-intel OpenVINO export (stateful KV cache), CPU plugin, INFERENCE_PRECISION_HINT as "
-               f"the compiled model reports it: {hint}; attention: the exporter's own choice")
+    compiled = model.request.get_compiled_model()
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+    kv = kv_cache_precision(compiled)
+    formats = [PRECISIONS.get(hint, hint)] + ([PRECISIONS.get(kv, kv)] if kv else [])
+    run.precision = min(formats, key=lambda f: COARSER.index(f) if f in COARSER else len(COARSER))
+    run.did = (f"optimum-intel OpenVINO export (stateful KV cache), CPU plugin, as the compiled model reports them: "
+               f"INFERENCE_PRECISION_HINT {hint}, KV_CACHE_PRECISION {kv or 'not reported'}; attention: the "
+               "exporter's own choice")
     run.packages = PACKAGES
     return out.logits[0].detach().float().numpy()
 

@@ -1,0 +1,78 @@
+"""parity's named forms outside the caps: an engine that computes another model than transformers' (every layer
+local, GELU's exact form) is named for it, and its caps are judged on the model as it computes it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from softcapgrad.engines import alternatives  # noqa: E402
+from softcapgrad.engines import reference as ref  # noqa: E402
+from softcapgrad.engines import verdict  # noqa: E402
+from paritymodels import _as_fp32_logprobs, _built, _config  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bound():
+    model, ids = _built()
+    return model, ref.reference(model, ids, ref.bind(model, ids))
+
+
+def test_the_exact_gelu_form_is_the_model_configured_with_exact_gelu(bound):
+    """The planted form is what a model whose config says ``gelu`` computes, bit for bit, and it is restored."""
+    from softcapgrad.models import audit
+    from transformers.activations import GELUTanh
+
+    model, reference = bound
+    forms = alternatives.gelu_alternatives(model, reference.ids)
+    assert sum(isinstance(m, GELUTanh) for m in model.modules()) == 2  # restored: one per layer's MLP
+    exact = ref.build(audit.Source(_config(hidden_activation="gelu"), None, False), 0)
+    exact.load_state_dict(model.state_dict())
+    assert np.array_equal(forms[verdict.EXACT_GELU], ref.logits(exact, reference.ids, off=("final",)))
+    tol = verdict.tolerance(verdict.FP32, verdict.model_scale(reference), reference.width)
+    assert verdict.error(verdict.log_probs(forms[verdict.EXACT_GELU]),
+                         verdict.log_probs(reference.logits["final off"])).value > 10 * tol  # it can be told apart
+
+
+@pytest.mark.parametrize("form, expected", [(verdict.EXACT_GELU, "applied"),
+                                            (verdict.EXACT_GELU_DROPPED, "ignored")])
+def test_an_engine_with_exact_gelu_has_its_attention_cap_judged_on_that_model(bound, form, expected):
+    """ExecuTorch's XNNPACK lowering runs the exact GELU: its attention row says what it did with the cap, and the
+    answer names the form, instead of "different" with a difference outside the cap."""
+    from softcapgrad.cli.parity_report import answer_of
+
+    model, reference = bound
+    reference.alternatives.update(alternatives.gelu_alternatives(model, reference.ids))
+    final_off = reference.alternatives[form]
+    capped = verdict.exact_cap(final_off, 30.0)
+    rows = {r["cap"]: r for r in verdict.verdicts({"capped": capped, "final off": final_off}, reference)}
+    assert rows["attention"]["verdict"] == expected and rows["attention"]["outside_form"] == form
+    assert rows["final"]["verdict"] == "applied"
+    row = {**rows["attention"], "engine": "executorch_rt", "route": "direct", "model": "gemma2"}
+    second = answer_of({"models": [], "rows": [row]})[1]
+    assert f"Compute another model outside the caps, each cap judged on it: executorch_rt (direct) on gemma2: {form}." \
+        in second
+
+
+def test_an_engine_that_makes_every_layer_local_is_named():
+    """mistral.rs's multimodal Gemma 3 reads no layer_types: a 2-layer model is all local. Judged on its capped
+    log-probabilities alone, the final row names that form; with every token inside the window the form is the
+    reference itself (it plants nothing else)."""
+    from softcapgrad.engines import alternatives
+
+    model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the full layer made local changes it
+    reference = ref.reference(model, ids, ref.bind(model, ids))
+    forms = alternatives.all_local_alternatives(model, ids)
+    local = forms[alternatives.ALL_LOCAL]
+    assert alternatives.LOCAL in model.config.layer_types and set(model.config.layer_types) != {alternatives.LOCAL}
+    assert np.abs(local - reference.logits["capped"]).max() > 1.0
+    short = alternatives.all_local_alternatives(model, ids[:4])[alternatives.ALL_LOCAL]
+    assert np.array_equal(short, ref.logits(model, ids[:4]))  # the same masks and kernels: the same bits
+    reference.final_alternatives.update(forms)
+    rows = {r["cap"]: r for r in verdict.verdicts({"capped": _as_fp32_logprobs(local)}, reference,
+                                                   failed={"final off": "TypeError"}, output="logprobs")}
+    assert rows["final"]["verdict"] == "different" and rows["final"]["fits"] == alternatives.ALL_LOCAL
+
+
