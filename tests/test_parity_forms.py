@@ -76,3 +76,25 @@ def test_an_engine_that_makes_every_layer_local_is_named():
     assert rows["final"]["verdict"] == "different" and rows["final"]["fits"] == alternatives.ALL_LOCAL
 
 
+
+
+def test_the_scaled_windowless_form_is_gemma2_with_no_window_no_attention_cap_and_scores_by_head_dim():
+    """CTranslate2's Gemma 2 reads none of the window, the caps and query_pre_attn_scalar: the form that names it
+    is, within the fp32 bound, the same weights configured with query_pre_attn_scalar = head_dim, window dropped,
+    attention cap off; and it is far from the form that keeps the field."""
+    from softcapgrad.models import audit
+
+    model, ids = _built(query_pre_attn_scalar=64, sliding_window=4)
+    reference = ref.reference(model, ids, ref.bind(model, ids))
+    forms = alternatives.scaling_alternatives(model, ids)
+    plain = ref.build(audit.Source(_config(query_pre_attn_scalar=32, sliding_window=4), None, False), 0)
+    plain.load_state_dict(model.state_dict())
+    with alternatives.window_dropped(plain):
+        expected = ref.logits(plain, ids, off=ref.CAPS)
+    with alternatives.window_dropped(model):
+        kept_field = ref.logits(model, ids, off=ref.CAPS)
+    assert ref.logits(model, ids, off=("final",)).tolist() == reference.logits["final off"].tolist()  # restored
+    tol = verdict.tolerance(verdict.FP32, verdict.model_scale(reference), reference.width)
+    lp = verdict.log_probs(forms[alternatives.SCALED_WINDOWLESS])
+    assert verdict.error(lp, verdict.log_probs(expected)).value <= tol
+    assert verdict.error(lp, verdict.log_probs(kept_field)).value > 10 * tol

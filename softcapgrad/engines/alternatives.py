@@ -51,12 +51,16 @@ def window_alternatives(model, ids) -> dict:
 
 
 SCALED = "the scores scaled by head_dim**-0.5, not query_pre_attn_scalar**-0.5"
+SCALED_WINDOWLESS = "the sliding window and the attention cap both dropped, " + SCALED
 
 
 def scaling_alternatives(model, ids) -> dict:
     """Where query_pre_attn_scalar is not the head size: what an engine that scales the scores by the head size
-    computes (final cap off; and on, ``verdict.CAPPED``). Keras Hub reads the field only as whether it equals
+    computes (final cap off; and on, ``verdict.CAPPED``), and that with the window and the attention cap dropped
+    too (queries scaled, so the scores are without any cap). Keras Hub reads the field only as whether it equals
     head_dim, and otherwise scales by hidden_size // num_attention_heads."""
+    import torch
+
     config = model.config
     qpas, head = getattr(config, "query_pre_attn_scalar", None), getattr(config, "head_dim", None)
     if not qpas or not head or qpas == head:
@@ -69,6 +73,19 @@ def scaling_alternatives(model, ids) -> dict:
     forms = {SCALED: ref.logits(model, ids, off=("final",), cap_fn=rescaled)}
     if ref.caps_of(config)["final"] is not None:
         forms[verdict.CAPPED + SCALED] = ref.logits(model, ids, cap_fn=rescaled)
+    queries = [m.q_proj.weight for m in model.modules() if hasattr(m, "q_proj") and hasattr(m, "o_proj")]
+    saved = [w.detach().clone() for w in queries]
+    try:  # CTranslate2's Gemma 2 reads none of the window, the caps and the field: its scores scale by head_dim
+        with torch.no_grad():
+            for w in queries:
+                w.mul_(ratio)
+        with window_dropped(model) as has_window:
+            if has_window:
+                forms[SCALED_WINDOWLESS] = ref.logits(model, ids, off=ref.CAPS)
+    finally:
+        with torch.no_grad():
+            for w, kept in zip(queries, saved):
+                w.copy_(kept)
     return forms
 
 

@@ -15,7 +15,10 @@ from adapter_protocol import NoArchitecture, Run, main
 ROUTES = {
     "default": "OVModelForCausalLM.from_pretrained(DIR, export=True): the runtime's default inference precision",
     "fp32": "the same export compiled with ov_config={'INFERENCE_PRECISION_HINT': 'f32'}",
+    "fp32-kv32": "the same with 'KV_CACHE_PRECISION': 'f32' as well (the CPU plugin keeps an f16 cache otherwise)",
 }
+OV_CONFIG = {"fp32": {"INFERENCE_PRECISION_HINT": "f32"},
+             "fp32-kv32": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}}
 PACKAGES = ("optimum-intel", "optimum", "openvino", "nncf", "transformers", "torch")
 PRECISIONS = {"bf16": "bf16", "f16": "fp16", "f32": "fp32", "u8": "int8", "i8": "int8", "u4": "q4_0", "i4": "q4_0"}
 COARSER = ("q4_0", "int8", "bf16", "fp16", "fp32")  # by unit roundoff, coarsest first: the row is judged in the first
@@ -44,7 +47,7 @@ def run_variant(run: Run, variant: str) -> np.ndarray:
     from optimum.intel import OVModelForCausalLM
 
     claimed(run.config(variant)["model_type"])
-    options = {"ov_config": {"INFERENCE_PRECISION_HINT": "f32"}} if run.route == "fp32" else {}
+    options = {"ov_config": dict(OV_CONFIG[run.route])} if run.route in OV_CONFIG else {}
     model = OVModelForCausalLM.from_pretrained(run.folder(variant), export=True, **options)
     ids = torch.as_tensor(run.ids).reshape(1, -1)
     with torch.no_grad():
