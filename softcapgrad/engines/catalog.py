@@ -29,7 +29,8 @@ ADAPTERS = HERE / "adapters"
 PREFIX = "adapter_"
 SHARED = ("protocol", "transformers_load", "llamacpp_sources", "monitor_check")  # imported or run by adapters: no engine of their own
 TOP_K = 8
-LOW = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "q8_0": 2.0 ** -8, "q4_0": 2.0 ** -4, "int8": 2.0 ** -8}
+LOW = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "q8_0": 2.0 ** -8, "q4_0": 2.0 ** -4, "int8": 2.0 ** -8,
+       "nf4": 2.0 ** -4}
 FP16_TABLE = 2.0 ** -11  # llama.cpp's GELU reads an fp16 table: one rounding to fp16 in every MLP
 ONCE = {"llamacpp": FP16_TABLE}  # engines found by file name that round one step coarser than their precision
 

@@ -33,10 +33,10 @@ from softcapgrad.engines.parity import recorded
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
            "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub",
-           "mlx-lm": "mlxlm", "fused-loss": "train-fused", "gemma-jax": "gemma_jax"}
+           "mlx-lm": "mlxlm", "fused-loss": "train-fused", "gemma-jax": "gemma_jax", "unsloth": "train-unsloth"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
             "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm", "fused-loss": "train_fused",
-            "gemma-jax": "train_gemma_jax"}
+            "gemma-jax": "train_gemma_jax", "unsloth": "train_unsloth"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -80,7 +80,12 @@ FUSED_ROUTES = (  # the final cap inside a fused linear cross-entropy, on transf
 GEMMA_JAX_ROUTES = (catalog.Route("default", "Google DeepMind's gemma (JAX): its own training on the folder's "
                                               "weights, through its own reader of a Hugging Face folder if it ships "
                                               "one"),)
-ROUTES_OF = {"peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES,
+UNSLOTH_ROUTES = (  # unsloth's CPU fallback: transformers' own model under its loader and trl's SFTTrainer
+    catalog.Route("lora", "unsloth's FastLanguageModel and get_peft_model at their defaults (load_in_4bit: a QLoRA "
+                          "step on 4-bit NF4 weights), one SFTTrainer step", "nf4"),
+    catalog.Route("full", "unsloth's FastLanguageModel with full_finetuning=True, one SFTTrainer step", "bf16"),
+    catalog.Route("full-eager", 'the same with attn_implementation="eager"', "bf16"))
+ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES,
              "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES, "gemma-jax": GEMMA_JAX_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
