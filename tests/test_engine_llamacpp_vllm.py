@@ -133,3 +133,16 @@ def test_mistral_rs_reads_its_kv_cache_dtype_from_its_own_log_line(monkeypatch, 
     assert adapter.kv_cache_f16(log.text) and adapter.kv_cache_f16("")  # a later variant: no line, same choice
     monkeypatch.setattr(adapter, "KV_SEEN", [])
     assert not adapter.kv_cache_f16("INFO loading F32 weights\n")
+
+
+@pytest.mark.parametrize("hint, kv, judged", [
+    ("f32", "f16", "fp16"), ("f32", "f32", "fp32"), ("bf16", "f16", "bf16"), ("f32", "u8", "int8"),
+    ("f32", "", "fp32"),
+])
+def test_an_openvino_row_is_judged_in_the_coarser_of_its_compute_and_its_kv_cache(monkeypatch, hint, kv, judged):
+    """OpenVINO's CPU plugin keeps an f16 KV cache under INFERENCE_PRECISION_HINT f32: that row is an fp16 row."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(runner.ADAPTERS))
+    adapter = importlib.import_module("adapter_openvino_intel")
+    assert adapter.judged_in(hint, kv) == judged

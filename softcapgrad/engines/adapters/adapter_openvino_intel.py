@@ -24,6 +24,12 @@ PRECISIONS = {"bf16": "bf16", "f16": "fp16", "f32": "fp32", "u8": "int8", "i8": 
 COARSER = ("q4_0", "int8", "bf16", "fp16", "fp32")  # by unit roundoff, coarsest first: the row is judged in the first
 
 
+def judged_in(hint: str, kv: str) -> str:
+    """The coarser of the compute precision and the KV cache's element type (OpenVINO's names), in parity's names."""
+    formats = [PRECISIONS.get(hint, hint)] + ([PRECISIONS.get(kv, kv)] if kv else [])
+    return min(formats, key=lambda f: COARSER.index(f) if f in COARSER else len(COARSER))
+
+
 def kv_cache_precision(compiled) -> str:
     """The KV cache's element type as the CPU plugin chose it ('' where this runtime does not report it): the
     plugin may store the cache in a lower precision than it computes in."""
@@ -55,8 +61,7 @@ def run_variant(run: Run, variant: str) -> np.ndarray:
     compiled = model.request.get_compiled_model()
     hint = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
     kv = kv_cache_precision(compiled)
-    formats = [PRECISIONS.get(hint, hint)] + ([PRECISIONS.get(kv, kv)] if kv else [])
-    run.precision = min(formats, key=lambda f: COARSER.index(f) if f in COARSER else len(COARSER))
+    run.precision = judged_in(hint, kv)
     run.did = (f"optimum-intel OpenVINO export (stateful KV cache), CPU plugin, as the compiled model reports them: "
                f"INFERENCE_PRECISION_HINT {hint}, KV_CACHE_PRECISION {kv or 'not reported'}; attention: the "
                "exporter's own choice")
