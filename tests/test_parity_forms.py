@@ -98,3 +98,41 @@ def test_the_scaled_windowless_form_is_gemma2_with_no_window_no_attention_cap_an
     lp = verdict.log_probs(forms[alternatives.SCALED_WINDOWLESS])
     assert verdict.error(lp, verdict.log_probs(expected)).value <= tol
     assert verdict.error(lp, verdict.log_probs(kept_field)).value > 10 * tol
+
+
+@pytest.mark.parametrize("applies", [True, False])
+def test_an_engine_wide_difference_no_form_names_is_judged_on_the_engines_own_pair_of_runs(applies):
+    """An engine that computes the exact GELU, with the form not planted: its attention row is decided by its own
+    runs with and without the cap where its effect lies ten times nearer the reference's than none, and says how far
+    it lies from transformers outside the cap; equal runs are named, not called ignored. Without its own uncapped
+    run it stays different."""
+    model, ids = _built()
+    reference = ref.reference(model, ids, ref.bind(model, ids))  # its own: no planted form among the alternatives
+    with alternatives.exact_gelu(model):
+        on, off = ref.logits(model, reference.ids, off=("final",)), ref.logits(model, reference.ids, off=ref.CAPS)
+    engine = on if applies else off
+    rows = {r["cap"]: r for r in verdict.verdicts(
+        {"capped": verdict.exact_cap(engine, 30.0), "final off": engine, "uncapped": off}, reference)}
+    row = rows["attention"]
+    if applies:
+        assert row["verdict"] == "applied" and row["own_effect"] > 10 * row["differential"]
+        assert row["hint"].startswith("judged on the engine's own runs with and without the cap")
+    else:  # equal runs: the folder's cap unread, which an engine with caps of its own (torchtune's builders) shows too
+        assert row["verdict"] == "different" and row["own_effect"] == 0.0
+        assert "the engine's runs with and without the folder's cap are the same" in row["hint"]
+    alone = {r["cap"]: r for r in verdict.verdicts({"capped": verdict.exact_cap(engine, 30.0), "final off": engine},
+                                                   reference)}
+    assert alone["attention"]["verdict"] == "different" and "differential" not in alone["attention"]
+
+
+def test_the_differential_cancels_what_both_runs_share_and_sees_the_cap_that_is_missing(bound):
+    """The same error in both runs cancels; an engine whose runs are equal has no effect of its own."""
+    _, reference = bound
+    on, off = reference.logits["final off"], reference.logits["uncapped"]
+    assert verdict.differential(on, off, on, off) == (0.0, verdict.error(verdict.log_probs(on),
+                                                                          verdict.log_probs(off)).value)
+    shift = np.zeros_like(on)
+    shift[:, 0] = 3.0  # one logit moved alike in both runs: log-probs change, the cap's effect barely does
+    moved, own = verdict.differential(on + shift, off + shift, on, off)
+    assert verdict.error(verdict.log_probs(on + shift), verdict.log_probs(on)).value > 100 * moved
+    assert verdict.differential(off, off, on, off)[1] == 0.0

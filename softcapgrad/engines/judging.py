@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softcapgrad.engines.repro_check import log_probs, top_mask, unrepresentable, worst  # noqa: F401
+from softcapgrad.engines.repro_check import LN_TINY, log_probs, top_mask, unrepresentable, worst  # noqa: F401
 
 K = 16
 FP32 = 2.0 ** -24
@@ -65,3 +65,19 @@ def _row(cap: str, c, verdict: str, applied: Error | None, ignored: Error | None
             "where": None if applied is None else f"token {applied.token}, id {applied.vocab}",
             "tolerance": tol, **({"left_out": applied.left_out} if applied is not None and applied.left_out else {}),
             **extra}
+
+
+def differential(on: np.ndarray, off: np.ndarray, reference_on: np.ndarray, reference_off: np.ndarray,
+                 mask: np.ndarray | None = None) -> tuple[float, float]:
+    """A cap judged on the engine's own pair of runs, with it (``on``) and without it (``off``): the largest
+    difference between the engine's own effect of the cap and the reference's, lp(on) − lp(off) against the same
+    of the reference, over the entries all four hold above fp32's smallest normal; and the engine's own effect,
+    the largest |lp(on) − lp(off)|. An error the engine makes alike in both runs (outside the cap) cancels."""
+    e_on, e_off, r_on, r_off = (log_probs(x) for x in (on, off, reference_on, reference_off))
+    held = (e_on > LN_TINY) & (e_off > LN_TINY) & (r_on > LN_TINY) & (r_off > LN_TINY)
+    if mask is not None:
+        held &= mask
+    with np.errstate(invalid="ignore"):
+        effect = np.where(held, np.abs((e_on - e_off) - (r_on - r_off)), 0.0)
+    own = worst(e_on, e_off, mask)[0]
+    return float(effect.max()), own

@@ -67,10 +67,10 @@ def _prepare(src, seq_len: int, seed: int, work: Path):
 
 
 def variants(reference) -> list[str]:
-    """What each engine runs: the model, and without its final cap; also without any cap where transformers
-    leaves a set attention cap unused (does the engine apply it?)."""
-    dead = reference.caps["attention"] is not None and not reference.applied["attention"]
-    return ["capped", "final off"] + (["uncapped"] if dead else [])
+    """What each engine runs: the model, and without its final cap; also without any cap where an attention cap is
+    set: the engine's own effect of that cap (verdict.differential), and where transformers leaves it unused,
+    whether the engine applies it."""
+    return ["capped", "final off"] + (["uncapped"] if reference.caps["attention"] is not None else [])
 
 
 def _info(engine, route, state) -> dict:

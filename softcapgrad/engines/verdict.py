@@ -41,7 +41,7 @@ from softcapgrad.engines.forms import ALTERNATIVE_UNITS, ALTERNATIVES, _round, c
 from softcapgrad.engines.forms import EXACT_GELU, EXACT_GELU_DROPPED, EXACT_GELU_WINDOWLESS, OUTSIDE  # noqa: F401
 
 from softcapgrad.engines.judging import (CAPPED, FP32, MATCH, RATIO, SWAPPED, Error, K, _nonfinite,  # noqa: F401
-                                        _row, error, model_scale, tolerance, top)
+                                        _row, differential, error, model_scale, tolerance, top)
 from softcapgrad.engines.whole_forms import name_whole_form
 
 
@@ -113,6 +113,9 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     applied, ignored = error(lp, log_probs(on), mask), error(lp, log_probs(off), mask)
     separation = error(log_probs(on), log_probs(off), mask).value
     extra = {"separation": separation}
+    own_pair = uncapped is not None and against == ("final off", "uncapped") and not _nonfinite(uncapped)
+    if own_pair:  # the engine's own run without the cap: its own effect of the cap against the reference's
+        extra["differential"], extra["own_effect"] = differential(final_off, uncapped, on, off, mask)
     if separation <= 10 * tol and unit > FP32 and separation > 10 * tolerance(FP32, scale, reference.width, once):
         # the worst-case bound of a low precision spans the cap's effect, which fp32 tells apart: which
         # reference the engine is nearer to, by the factor a server's answer is judged by
@@ -157,6 +160,19 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
     if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
         extra["fits"] = min(fits)[1]
     first = error(lp[:1], log_probs(on)[:1], None if mask is None else mask[:1]).value
+    if not fits and own_pair and extra["differential"] * RATIO < extra["own_effect"]:
+        # neither reference and no named form: the engine's own pair of runs decides. Its own effect of the cap ten
+        # times nearer the reference's effect than none is the cap applied (an upstream difference alters the cap's
+        # effect a little, beyond the fp32 bound at these scales); the rest of its difference lies outside the cap.
+        hint = (f"judged on the engine's own runs with and without the cap: removing it moves its log-probs by "
+                f"{extra['own_effect']:.3g}, and its effect lies {extra['differential']:.2g} from the reference's; "
+                f"it differs from transformers outside the cap by {applied.value:.2g}"
+                + (f" ({first:.2g} at the first token)" if first > tol else ""))
+        return _row("attention", c, "applied", applied, ignored, tol, hint=hint, **extra,
+                    **({"outside": first} if first > tol else {}))
+    if not fits and own_pair and extra["own_effect"] <= 2 * tol:  # no effect: the folder's cap is not read (the
+        hint = ("the engine's runs with and without the folder's cap are the same (it ignores that cap, or takes "
+                f"its own from elsewhere); {hint}")  # engine ignores it, or takes one from its own config)
     if not fits and first > tol:
         # the first token attends to itself alone: its softmax is 1 whatever the scores, so no attention cap
         # or window acts there, and a difference beyond the tolerance there lies elsewhere in the model
