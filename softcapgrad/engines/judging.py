@@ -14,6 +14,7 @@ FP32 = 2.0 ** -24
 RATIO = 10.0  # a low-precision row nearer one reference by this factor is judged by it (as a server's answer is)
 MATCH = 0.5  # an alternative is named only where it fits at least twice as well as the exact form
 SWAPPED = "the two caps' values swapped"  # a whole-model form that alters the attention cap as well
+OWN_PAIR = "judged on the engine's own runs with and without the cap"  # a row decided by verdict's differential
 CAPPED = "with the final cap: "  # an attention alternative computed with the final cap on (engines judged capped)
 
 

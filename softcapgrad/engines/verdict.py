@@ -40,8 +40,8 @@ from softcapgrad.engines.repro_check import LN_TINY, log_probs, top_mask, unrepr
 from softcapgrad.engines.forms import ALTERNATIVE_UNITS, ALTERNATIVES, _round, cap_in, exact_cap  # noqa: F401
 from softcapgrad.engines.forms import EXACT_GELU, EXACT_GELU_DROPPED, EXACT_GELU_WINDOWLESS, OUTSIDE  # noqa: F401
 
-from softcapgrad.engines.judging import (CAPPED, FP32, MATCH, RATIO, SWAPPED, Error, K, _nonfinite,  # noqa: F401
-                                        _row, differential, error, model_scale, tolerance, top)
+from softcapgrad.engines.judging import (CAPPED, FP32, MATCH, OWN_PAIR, RATIO, SWAPPED, Error, K,  # noqa: F401
+                                        _nonfinite, _row, differential, error, model_scale, tolerance, top)
 from softcapgrad.engines.whole_forms import name_whole_form
 
 
@@ -164,7 +164,7 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         # neither reference and no named form: the engine's own pair of runs decides. Its own effect of the cap ten
         # times nearer the reference's effect than none is the cap applied (an upstream difference alters the cap's
         # effect a little, beyond the fp32 bound at these scales); the rest of its difference lies outside the cap.
-        hint = (f"judged on the engine's own runs with and without the cap: removing it moves its log-probs by "
+        hint = (f"{OWN_PAIR}: removing it moves its log-probs by "
                 f"{extra['own_effect']:.3g}, and its effect lies {extra['differential']:.2g} from the reference's; "
                 f"it differs from transformers outside the cap by {applied.value:.2g}"
                 + (f" ({first:.2g} at the first token)" if first > tol else ""))
