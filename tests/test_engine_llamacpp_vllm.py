@@ -108,7 +108,7 @@ def test_a_llama_cpp_row_is_judged_in_the_coarsest_format_on_its_path(monkeypatc
     assert adapter.coarsest(types, route) == judged
 
 
-def test_mistral_rs_reads_its_kv_cache_dtype_from_its_own_log_line(monkeypatch, tmp_path):
+def test_mistral_rs_reads_its_kv_cache_dtype_from_its_own_log_line(monkeypatch):
     """The engine prints its choice on fd 1 once per process (a OnceLock): the line is captured below Python's
     sys.stdout, still reaches the child's stdout, and decides every later variant of the process."""
     import importlib
@@ -121,7 +121,7 @@ def test_mistral_rs_reads_its_kv_cache_dtype_from_its_own_log_line(monkeypatch, 
     saved = os.dup(1)
     os.dup2(write, 1)
     try:
-        with adapter.StdoutTo(tmp_path) as log:
+        with adapter.protocol.captured_log(fds=(1,), echo=1) as log:
             os.write(1, b"INFO mistralrs_core::kv_cache: Using f16 KV cache on CPU (set MISTRALRS_CPU_KV_F32=1)\n")
     finally:
         os.dup2(saved, 1)
@@ -129,8 +129,8 @@ def test_mistral_rs_reads_its_kv_cache_dtype_from_its_own_log_line(monkeypatch, 
         os.close(write)
     passed = os.read(read, 4096).decode()
     os.close(read)
-    assert adapter.KV_F16_LINE in log.text and adapter.KV_F16_LINE in passed
-    assert adapter.kv_cache_f16(log.text) and adapter.kv_cache_f16("")  # a later variant: no line, same choice
+    assert adapter.KV_F16_LINE in log[0] and adapter.KV_F16_LINE in passed
+    assert adapter.kv_cache_f16(log[0]) and adapter.kv_cache_f16("")  # a later variant: no line, same choice
     monkeypatch.setattr(adapter, "KV_SEEN", [])
     assert not adapter.kv_cache_f16("INFO loading F32 weights\n")
 

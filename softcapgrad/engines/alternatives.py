@@ -120,8 +120,6 @@ def all_local_alternatives(model, ids) -> dict:
     reads ``sliding_window_pattern``, default 6, and no ``layer_types``: a model of fewer layers is all local)."""
     import copy
 
-    import torch
-
     types = list(getattr(model.config, "layer_types", None) or ())
     if set(types) != {LOCAL, FULL}:  # attention layers of both kinds, nothing else (RecurrentGemma's are derived)
         return {}
@@ -130,8 +128,7 @@ def all_local_alternatives(model, ids) -> dict:
         config.layer_types = [LOCAL] * len(types)
     except AttributeError:  # a config that computes its layer types from other fields
         return {}
-    with torch.device("cpu"):
-        twin = type(model)(config).to(next(model.parameters()).dtype).eval()
+    twin = type(model)(config).to(next(model.parameters()).dtype).eval()
     twin.load_state_dict(model.state_dict())
     forms = {ALL_LOCAL: ref.logits(twin, ids)}
     if ref.caps_of(config)["attention"] is not None:  # as an engine computes it that also applies the attention cap

@@ -85,7 +85,8 @@ UNSLOTH_ROUTES = (  # unsloth's CPU fallback: transformers' own model under its 
                           "step on 4-bit NF4 weights), one SFTTrainer step", "nf4"),
     catalog.Route("full", "unsloth's FastLanguageModel with full_finetuning=True, one SFTTrainer step", "bf16"),
     catalog.Route("full-eager", 'the same with attn_implementation="eager"', "bf16"))
-ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES,
+ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES,
+             "kerashub": KERAS_ROUTES,
              "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES, "gemma-jax": GEMMA_JAX_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 

@@ -142,14 +142,14 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         e = error(lp, log_probs(logits), mask).value
         if e <= MATCH * applied.value:
             fits.append((e, name))
-    hint = (f"closest to {min(fits)[1]} ({min(fits)[0]:.2g})" if fits
-            else "matches none of: " + "; ".join(forms))
+    best = min(fits) if fits else None
+    hint = f"closest to {best[1]} ({best[0]:.2g})" if best else "matches none of: " + "; ".join(forms)
     if not fits and min(applied.value, ignored.value) * RATIO < max(applied.value, ignored.value):
         near = "with" if applied.value < ignored.value else "without"
         hint = (f"nearest the model {near} the attention cap ({min(applied.value, ignored.value):.2g} against "
                 f"{max(applied.value, ignored.value):.3g}), beyond this precision's bound; {hint}")
-    if fits and min(fits)[0] <= tol and min(fits)[1] in OUTSIDE:  # another model outside the caps, the cap as named
-        e, name = min(fits)
+    if best and best[0] <= tol and best[1] in OUTSIDE:  # another model outside the caps, the cap as named
+        e, name = best
         said = f"judged on the model as the engine computes it outside the caps: matches {name} ({e:.2g})"
         if OUTSIDE[name] == "different":  # the cap lost with more than the cap: named as the other forms are
             return _row("attention", c, "different", applied, ignored, tol, hint=f"matches {name} ({e:.2g})",
@@ -157,8 +157,8 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
         applied, ignored = ((replace(applied, value=e), ignored) if OUTSIDE[name] == "applied" else
                             (applied, replace(ignored, value=e)))
         return _row("attention", c, OUTSIDE[name], applied, ignored, tol, hint=said, outside_form=name, **extra)
-    if fits and min(fits)[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
-        extra["fits"] = min(fits)[1]
+    if best and best[0] <= tol:  # within the tolerance of a named form: the final cap is judged beside it
+        extra["fits"] = best[1]
     first = error(lp[:1], log_probs(on)[:1], None if mask is None else mask[:1]).value
     if not fits and own_pair and extra["differential"] * RATIO < extra["own_effect"]:
         # neither reference and no named form: the engine's own pair of runs decides. Its own effect of the cap ten
@@ -170,9 +170,10 @@ def attention_verdict(final_off: np.ndarray, c: float | None, reference, once: f
                 + (f" ({first:.2g} at the first token)" if first > tol else ""))
         return _row("attention", c, "applied", applied, ignored, tol, hint=hint, **extra,
                     **({"outside": first} if first > tol else {}))
-    if not fits and own_pair and extra["own_effect"] <= 2 * tol:  # no effect: the folder's cap is not read (the
+    if not fits and own_pair and extra["own_effect"] <= 2 * tol:  # no effect of its own: named, not judged, since
+        # an engine that takes its caps from its own config (torchtune's builders) gives equal runs too
         hint = ("the engine's runs with and without the folder's cap are the same (it ignores that cap, or takes "
-                f"its own from elsewhere); {hint}")  # engine ignores it, or takes one from its own config)
+                f"its own from elsewhere); {hint}")
     if not fits and first > tol:
         # the first token attends to itself alone: its softmax is 1 whatever the scores, so no attention cap
         # or window acts there, and a difference beyond the tolerance there lies elsewhere in the model

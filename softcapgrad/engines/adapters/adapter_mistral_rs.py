@@ -109,28 +109,6 @@ def prompt_text(runner, ids: list[int], vocab: dict[str, int]) -> str:
     raise RuntimeError("no text found that mistral.rs's tokenizer reads back as the prompt's token ids")
 
 
-class StdoutTo:
-    """fd 1 into a file while the engine runs (its log goes there, not through Python), then back; ``text`` holds it."""
-
-    def __init__(self, folder):
-        self.path, self.text = folder / "engine-stdout.txt", ""
-
-    def __enter__(self):
-        sys.stdout.flush()
-        self.saved, self.file = os.dup(1), open(self.path, "wb")
-        os.dup2(self.file.fileno(), 1)
-        return self
-
-    def __exit__(self, *exc):
-        sys.stdout.flush()
-        os.dup2(self.saved, 1)
-        os.close(self.saved)
-        self.file.close()
-        self.text = self.path.read_text(encoding="utf-8", errors="replace")
-        os.write(1, self.text.encode("utf-8", errors="replace"))  # the log still reaches the child's stdout
-        return False
-
-
 def kv_cache_f16(log: str) -> bool:
     """Whether this process's engine stores the KV cache in f16: its log line, seen now or for an earlier variant."""
     if not KV_SEEN:
@@ -141,9 +119,9 @@ def kv_cache_f16(log: str) -> bool:
 def run_variant(run: protocol.Run, variant: str) -> np.ndarray:
     if run.route.endswith("kv32"):
         os.environ[KV_F32] = "1"  # read once, at the engine's first KV append: before any runner exists
-    with StdoutTo(run.scratch(f"log-{variant}")) as log:
+    with protocol.captured_log(fds=(1,), echo=1) as log:  # the engine logs on stdout from its native code
         rows = requests(run, variant)
-    f16 = kv_cache_f16(log.text)
+    f16 = kv_cache_f16(log[0])
     run.precision = "fp16" if f16 else "fp32"
     kv = ("f16 (the engine's CPU default here: its log says so; MISTRALRS_CPU_KV_F32=1 keeps f32)" if f16 else
           "f32" + (" (MISTRALRS_CPU_KV_F32=1)" if os.environ.get(KV_F32) == "1" else " (no f16 line in the log)"))

@@ -15,8 +15,11 @@ such architecture, 1 every variant failed; on 1 and 3 the last line on stderr is
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import tempfile
 import traceback
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -56,6 +59,31 @@ class Run:
         path = self.work / "scratch" / self.route / name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+@contextlib.contextmanager
+def captured_log(fds: tuple[int, ...] = (1, 2), echo: int = 2):
+    """File descriptors ``fds`` into one file for the duration (an engine's native code logs there, not through
+    Python's streams); echoed on ``echo`` after. Yields a list that holds the text once the block ends."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(fd) for fd in fds]
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        for fd in fds:
+            os.dup2(log.fileno(), fd)
+        text: list[str] = []
+        try:
+            yield text
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip(fds, saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+            log.seek(0)
+            data = log.read().decode("utf-8", "replace")
+            os.write(echo, data.encode("utf-8", "replace"))
+            text.append(data)
 
 
 def versions(packages) -> dict:

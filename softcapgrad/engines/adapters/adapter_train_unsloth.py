@@ -29,7 +29,8 @@ def run_variant(run, variant: str) -> dict:
 
     torch.manual_seed(0)
     folder = run.folder(variant)
-    model, _ = FastLanguageModel.from_pretrained(str(folder), local_files_only=True, **LOADED[run.route])
+    model, _ = FastLanguageModel.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
+                                                 **LOADED[run.route])
     head = model.get_output_embeddings()
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     four_bit = bool(getattr(model, "is_loaded_in_4bit", False))  # load_in_4bit=True, its default: bitsandbytes NF4
@@ -43,9 +44,9 @@ def run_variant(run, variant: str) -> dict:
 
     kept = base.step(model, head, run.ids, trainer, False, run.scratch(variant))
     bf16 = kept.pop("bf16", False)
+    weights = f"4-bit NF4 (bitsandbytes), compute {dtype}" if four_bit else dtype
     run.did = (f"unsloth FastLanguageModel ({run.route}{', get_peft_model defaults' if wrapped else ''}) on "
-               f"{type(model).__name__}, attention {attention}, weights {'4-bit NF4 (bitsandbytes), compute ' if four_bit else ''}"
-               f"{dtype}, trl SFTTrainer (one step, SFTConfig "
+               f"{type(model).__name__}, attention {attention}, weights {weights}, trl SFTTrainer (one step, SFTConfig "
                f"defaults{', bf16=True' if bf16 else ''}); logits {kept.get('logits_dtype', '?')}, final cap input "
                f"{kept.get('precap_dtype', '?')}")
     run.precision = "nf4" if four_bit else "bf16" if bf16 or dtype == "bfloat16" else "fp32"

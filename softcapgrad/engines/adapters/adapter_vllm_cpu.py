@@ -16,7 +16,6 @@ says it picked (dtype, attention backend) is read from its own log and its model
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -25,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from adapter_protocol import NoArchitecture, main
+from adapter_protocol import NoArchitecture, captured_log, main
 
 ROUTES = {
     "default": "vllm.LLM(model=FOLDER) with every default (dtype auto, vLLM's attention backend and KV cache)",
@@ -34,31 +33,6 @@ ROUTES = {
 KV_SPACE_GIB = "1"
 MODE = "raw_logits"  # what the log-probability fields carry: the model's logits as computed, before any sampling step
 PICKED = re.compile(r"(Using [A-Za-z0-9_ ]*(?:backend|Backend)[^\n]*|attention backend[^\n]*)")
-
-
-@contextlib.contextmanager
-def captured_log():
-    """File descriptors 1 and 2 into one file for the duration (vLLM logs to stdout, from its engine process too);
-    echoed on stderr after."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with tempfile.TemporaryFile(mode="w+b") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        text = []
-        try:
-            yield text
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, copy in zip((1, 2), saved):
-                os.dup2(copy, fd)
-                os.close(copy)
-            log.seek(0)
-            data = log.read().decode("utf-8", "replace")
-            sys.stderr.write(data)
-            text.append(data)
 
 
 def _registered(config: dict) -> None:
