@@ -80,6 +80,34 @@ def test_no_such_architecture_is_exit_3(tmp_path):
     assert outcome.no_architecture and "registry X lists no gemma9" in outcome.reason
 
 
+SOCKET = """
+import socket, tempfile
+def run_variant(run, variant):
+    open("temporary", "w").write(tempfile.gettempdir())
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(os.path.join(tempfile.mkdtemp(prefix="pymp-"), "listener-" + "x" * 8))  # as a process pool names it
+    listener.close()
+    if run.route == "hang":
+        time.sleep(600)
+    return np.zeros((run.ids.size, 7))
+
+raise SystemExit(protocol.main({"default": "a socket", "hang": "a socket, then a hang"}, run_variant))
+"""
+
+
+@pytest.mark.parametrize("route, timeout", [("default", 120), ("hang", 10)])
+def test_a_deep_work_folder_leaves_the_child_room_for_its_sockets(tmp_path, route, timeout):
+    """Engines name Unix sockets under their temporary folder (107 bytes at most): under a deep WORK the child gets
+    a short folder of its own instead, removed once it ran, stopped or not."""
+    deep = tmp_path / ("d" * 60) / ("e" * 40)
+    deep.mkdir(parents=True)
+    work = _work(deep)
+    outcome = runner.run(sys.executable, _adapter(tmp_path, SOCKET), route, work, ["capped"], timeout)
+    assert outcome.reason == (None if route == "default" else f"no answer in {timeout} s (stopped)"), outcome.reason
+    used = (work / "temporary").read_text(encoding="utf-8")
+    assert len(used) <= runner.SOCKET_ROOM and not Path(used).exists(), used
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

