@@ -287,19 +287,28 @@ def test_a_cap_that_is_not_set_leaves_one_reference_of_each_pair(bound):
     assert list(tv.distinct(bound[2])) == ["capped", "attention off", "final off", "uncapped"]
 
 
+def _capped_folder(bound, tmp_path):
+    """The bound model's folder (with its tokenizer) and ids under ``tmp_path``, as a route reads them; its
+    reference."""
+    from softcapgrad.engines import runner
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    model, ids = bound[0], bound[1]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    return bound[2]
+
+
 @pytest.mark.slow
 @pytest.mark.engine_environments("train-peft")
 def test_peft_lora_and_trl_sft_through_the_runner(bound, tmp_path, engine_environment):
     """peft LoRA and trl's SFTTrainer live from their environment on Gemma 2: LoRA keeps both caps forward and
     backward; SFTTrainer at SFTConfig's defaults trains in bf16 through trl's fused head, and with bf16=False that
     head keeps both caps forward and backward."""
-    from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
+    from softcapgrad.engines import train_parity
 
     state = engine_environment("train-peft")
-    model, ids, reference = bound[0], bound[1], bound[2]
-    runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    reference = _capped_folder(bound, tmp_path)
     routes = {r.id: r for r in train_parity.LIBRARY_ROUTES}
     seen = {}
     for name in ("lora", "sft", "sft-fp32"):
@@ -309,6 +318,48 @@ def test_peft_lora_and_trl_sft_through_the_runner(bound, tmp_path, engine_enviro
     assert seen["lora"][:2] == ([tv.APPLIED, tv.APPLIED], "fp32") and seen["lora"][2].lora
     assert seen["sft"][1] == "bf16" and seen["sft"][2].logits is None  # SFTConfig's default; the fused head
     assert seen["sft-fp32"][:2] == ([tv.APPLIED, tv.APPLIED], "fp32")
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("train-axolotl")
+def test_axolotl_trains_gemma2_on_sdpa_and_its_cpu_default_cannot_start(bound, tmp_path, engine_environment):
+    """axolotl live from its environment on Gemma 2, one step from a YAML config through its own loader and trainer
+    builder: in fp32 the attention is left to transformers 5.16.1, which picks sdpa, so the attention cap is
+    ignored and the final cap kept; axolotl's own default on a CPU (bf16: auto becomes fp16) stops before the step
+    with float32 hidden states meeting float16 weights."""
+    from softcapgrad.engines import train_parity
+
+    state = engine_environment("train-axolotl")
+    reference = _capped_folder(bound, tmp_path)
+    routes = {r.id: r for r in train_parity.AXOLOTL_ROUTES}
+    rows, steps, info = train_parity._route("axolotl", routes["fp32"], state, reference, tmp_path, ["capped"], 180.0)
+    assert info["reason"] is None and info["precision"] == "fp32", info
+    assert "attention sdpa" in info["did"] and "weights float32" in info["did"], info["did"]
+    assert {r["cap"]: r["verdict"] for r in rows} == {"attention": tv.IGNORED, "final": tv.APPLIED}, rows
+    rows, _, info = train_parity._route("axolotl", routes["default"], state, reference, tmp_path, ["capped"], 180.0)
+    assert [r["verdict"] for r in rows] == [tv.NOT_RUN, tv.NOT_RUN] and info["precision"] == "fp16", info
+    assert "float != c10::Half" in info["reason"], info["reason"]
+
+
+def test_a_rows_versions_name_the_library_that_trained_first():
+    from softcapgrad.engines import train_parity
+
+    versions = {"torch": "2.13.0+cpu", "axolotl": "0.19.0", "transformers": "5.16.1", "posthog": "6.7.11",
+                "trl": "1.9.0"}
+    said = "axolotl 0.19.0, trl 1.9.0, transformers 5.16.1, torch 2.13.0+cpu"
+    assert train_parity._short(versions, "axolotl") == said
+    assert train_parity._short(versions, "transformers") == "transformers 5.16.1, torch 2.13.0+cpu"
+
+
+def test_the_answer_quotes_a_short_reason_whole_and_a_long_one_to_its_first_clause():
+    from softcapgrad.engines import train_results
+
+    short = "RuntimeError: expected m1 and m2 to have the same dtype, but got: float != c10::Half"
+    long = "ValueError: Received 13 parameters not in model: " + ", ".join(f"model.w{i}" for i in range(40))
+    row = {"verdict": tv.NOT_RUN, "engine": "e", "route": "r", "model": "gemma2", "cap": "final"}
+    third = train_results.answer({"rows": [{**row, "hint": short}, {**row, "route": "s", "hint": long}]})[-1]
+    assert short in third and "ValueError: Received 13 parameters not in model." in third, third
+    assert "model.w0" not in third, third
 
 
 def test_a_final_cap_on_the_hidden_state_is_applied_to_another_tensor(bound):

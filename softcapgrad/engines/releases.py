@@ -47,6 +47,7 @@ DEPENDENTS = (
     ("llmcompressor 0.14.0.1", "<=5.17.0,>=5.15.0"),
     ("unsloth 2026.10.9", "!=4.53.0,!=4.54.0,!=4.55.0,!=4.55.1,!=4.57.0,!=4.57.4,!=4.57.5,!=5.0.0,!=5.1.0,"
                           "<=5.17.0,>=4.52.4"),
+    ("axolotl 0.19.0", "==5.16.1"),
 )
 STAMP = "softcapgrad-release.json"
 ATTENTION = re.compile(r"attention (\S+),")  # the adapter's own line: "..., attention sdpa, weights float32, ..."

@@ -33,10 +33,11 @@ from softcapgrad.engines.parity import recorded
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
            "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub",
-           "mlx-lm": "mlxlm", "fused-loss": "train-fused", "gemma-jax": "gemma_jax", "unsloth": "train-unsloth"}
+           "mlx-lm": "mlxlm", "fused-loss": "train-fused", "gemma-jax": "gemma_jax", "unsloth": "train-unsloth",
+           "axolotl": "train-axolotl"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
             "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm", "fused-loss": "train_fused",
-            "gemma-jax": "train_gemma_jax", "unsloth": "train_unsloth"}
+            "gemma-jax": "train_gemma_jax", "unsloth": "train_unsloth", "axolotl": "train_axolotl"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -85,9 +86,17 @@ UNSLOTH_ROUTES = (  # unsloth's CPU fallback: transformers' own model under its 
                           "step on 4-bit NF4 weights), one SFTTrainer step", "nf4"),
     catalog.Route("full", "unsloth's FastLanguageModel with full_finetuning=True, one SFTTrainer step", "bf16"),
     catalog.Route("full-eager", 'the same with attn_implementation="eager"', "bf16"))
-ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES, "litgpt": LIT_ROUTES,
-             "kerashub": KERAS_ROUTES,
-             "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES, "gemma-jax": GEMMA_JAX_ROUTES}
+AXOLOTL_ROUTES = (  # axolotl's own config loader, model loader and trainer builder, from a YAML config
+    catalog.Route("default", "axolotl train on a minimal config, the rest at its defaults (on a CPU: float16 weights)",
+                  "fp16"),
+    catalog.Route("fp32", "the same config with bf16: false, fp16: false"),
+    catalog.Route("fp32-eager", "the same with attn_implementation: eager"),
+    catalog.Route("bf16", "the same config with bf16: true", "bf16"),
+    catalog.Route("lora", "fp32 with adapter: lora, lora_target_linear: true (axolotl's LoRA kernels switch on)"),
+    catalog.Route("lora-no-kernels", "the same LoRA with lora_mlp/qkv/o/embedding_kernel: false"))
+ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "axolotl": AXOLOTL_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES,
+             "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES, "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES,
+             "gemma-jax": GEMMA_JAX_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 
@@ -238,7 +247,7 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
     for (engine, route), (rows, steps, info) in zip(pairs, outcomes):
         for row in rows:
             row.update(engine=engine, route=route.id, model=label, precision=info["precision"],
-                       versions=_short(info["versions"]))
+                       versions=_short(info["versions"], engine))
             if row["cap"] == "final" and steps and reference.caps["final"] is not None:
                 zero = first_zero(list(steps.values()), reference.caps["final"], reference.ids)
                 row.update(zero, **(stack_agreement(zero, info["precision"], reference.caps["final"])
@@ -253,5 +262,13 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
     return result
 
 
-def _short(versions: dict) -> str:
-    return ", ".join(f"{k} {v}" for k, v in versions.items() if k in ("transformers", "torch", "accelerate"))
+LIBRARIES = {"peft-trl": ("peft", "trl"), "torchtune": ("torchtune",), "litgpt": ("litgpt",),  # what trained, first
+             "kerashub": ("keras-hub", "keras", "jax"), "mlx-lm": ("mlx-lm", "mlx"),
+             "fused-loss": ("cut-cross-entropy", "liger-kernel"), "gemma-jax": ("gemma", "jax"),
+             "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft")}
+
+
+def _short(versions: dict, engine: str) -> str:
+    """A row's versions: the engine's own libraries, then the transformers, torch and accelerate beneath them."""
+    names = LIBRARIES.get(engine, ()) + ("transformers", "torch", "accelerate")
+    return ", ".join(f"{k} {versions[k]}" for k in names if k in versions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from softcapgrad.engines import train_verdict as tv
 from softcapgrad.engines.parity import _clean, _fmt
 
+SHORT_REASON = 140  # characters of a reason the answer quotes whole
 ROW_KEYS = ("engine", "route", "model", "cap", "c", "verdict", "form", "precision", "versions", "forward_cell",
             "loss_cell", "forward_error", "forward_tolerance", "grad_error", "grad_tolerance", "grad_where", "grad_scale",
             "local_error", "local_grad_error", "local_grad_tolerance", "first_dead", "last_alive", "zeros",
@@ -112,7 +113,8 @@ def answer(data: dict) -> tuple[str, ...]:
            if r["verdict"] not in (tv.NOT_RUN, tv.NOT_SET, tv.NO_ARCHITECTURE)}
     for r in rows:
         if r["verdict"] == tv.NOT_RUN:
-            why = ": ".join((r.get("hint") or "").split(": ")[:2])
+            hint = r.get("hint") or ""  # a long reason to its type and first clause
+            why = hint if len(hint) <= SHORT_REASON else ": ".join(hint.split(": ")[:2])
             elsewhere = any(k[:2] == (r["engine"], r["route"]) for k in ran)  # then name the model type it failed on
             reasons.setdefault(why, {})[f"{r['engine']} ({r['route']}{' on ' + r['model'] if elsewhere else ''})"] = None
     third = ("Could not run: " + "; ".join(f"{', '.join(who)}: {why}" for why, who in reasons.items()) + "."
