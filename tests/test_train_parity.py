@@ -624,23 +624,31 @@ def test_every_eager_route_loads_eager_attention():
 def test_cut_cross_entropy_keeps_the_final_cap_only_when_it_is_passed(bound, tmp_path, engine_environment):
     """The final cap inside a fused loss, live: Cut Cross-Entropy's CPU implementation with softcap=c trains Gemma 2
     with both caps forward and backward; the same call without softcap (its README's example) ignores the final
-    cap while the attention cap, the model's own, stays applied. Its Triton implementation needs a GPU driver."""
+    cap while the attention cap, the model's own, stays applied. Its Triton implementation needs a GPU driver. The
+    loss hides a, and the head rows show where its compiled cap's gradient dies: at torch-compile-cpu's fp32 first
+    zero on this CPU (259.93 here with AVX-512 code, where torch eager's is 270.33)."""
     import torch
 
-    from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
+    from softcapgrad.engines import train_parity
+    from softcapgrad.stacks import registry
 
     state = engine_environment("train-fused")
-    model, ids, reference = bound[0], bound[1], bound[2]
-    runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    reference = _capped_folder(bound, tmp_path)
+    design = train_parity.row_folder(bound[0], bound[1], tmp_path)
     routes = {r.id: r for r in train_parity.FUSED_ROUTES}
     expected = {"cce": [tv.APPLIED, tv.APPLIED], "cce-no-softcap": [tv.APPLIED, tv.IGNORED]}
+    kept = {}
     for name, verdicts in expected.items():
-        rows, _, info = train_parity._route("fused-loss", routes[name], state, reference, tmp_path, ["capped"], 300)
+        folders = ["capped", train_parity.ROWS_FOLDER] if name == "cce" else ["capped"]
+        rows, kept[name], info = train_parity._route("fused-loss", routes[name], state, reference, tmp_path, folders,
+                                                     300)
         assert info["reason"] is None and "impl='torch_compile'" in info["did"], info
         assert [r["verdict"] for r in rows] == verdicts, rows
         assert all(r["grad_error"] <= r["grad_tolerance"] for r in rows)
+    c = reference.caps["final"]
+    zero = train_parity.rows_first_zero(kept["cce"][train_parity.ROWS_FOLDER], design, c)
+    compiled = registry.first_zero("torch-compile-cpu", "float32", c).value  # measured on this CPU, as CCE compiles
+    assert zero["last_alive"] < compiled <= zero["first_dead"], (zero, compiled)
     if not torch.cuda.is_available():
         rows, _, info = train_parity._route("fused-loss", routes["cce-default"], state, reference, tmp_path,
                                             ["capped"], 300)
@@ -739,3 +747,55 @@ def test_a_loss_normalised_by_another_count_is_named_not_blamed_on_a_cap(bound):
     assert "0.9375 times the reference's" in rows[0]["hint"]
     assert [r.get("grad_scale") for r in tv.judge(capped, bound[2])] == [None, None]
     assert tv.nearest({"exact": 0.5}, 1e-4) == (None, "nearest exact (0.5), no other reference")
+
+
+# --- the first zero where a is hidden: head rows designed to a chosen input ---------------------------------------
+
+
+def test_head_rows_give_each_position_its_designed_input_and_show_the_same_first_zero_as_a(bound, tmp_path):
+    """Rows of the head set to s_k·u (H·u = 1) give a = s_k at every position, within the rounding of those rows to
+    float32; one fp32 step then shows the cap's first zero twice, from a itself and from the rows' gradients alone
+    (as a route that hides a would), and both brackets hold torch-eager-cpu's fp32 first zero."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from softcapgrad.engines import train_parity
+    from softcapgrad.stacks import registry
+
+    model, ids, reference = bound[0], bound[1], bound[2]
+    c = reference.caps["final"]
+    design = train_parity.row_folder(model, ids, tmp_path)
+    assert design is not None and design.head == "model.embed_tokens.weight"
+    assert not set(design.rows) & {int(i) for i in ids}
+    pushed = AutoModelForCausalLM.from_pretrained(tmp_path / train_parity.ROWS_FOLDER, attn_implementation="eager")
+    seen = []
+    hook = pushed.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.append(a[0].detach()))
+    with torch.no_grad():
+        pushed(input_ids=torch.as_tensor(ids).reshape(1, -1))
+    hook.remove()
+    h = seen[0][0].double().numpy()
+    w = pushed.get_output_embeddings().weight.detach().double().numpy()[list(design.rows)]
+    designed = c * np.geomspace(*train_parity.ROW_SPAN, train_parity.ROWS)
+    # each row rounded to float32 moves each product term by at most 2^-24 of its size
+    bound_ = 2.0 ** -24 * (np.abs(h) @ np.abs(w).T) + 1e-9 * designed
+    assert np.all(np.abs(h @ w.T - designed) <= bound_ + 2.0 ** -40), np.abs(h @ w.T - designed).max()
+    step = _trained(bound, pushed.float())
+    stack = registry.first_zero("torch-eager-cpu", "float32", c).value
+    from_a = train_parity.first_zero([step], c, ids)
+    from_rows = train_parity.rows_first_zero(step, design, c)
+    for zero in (from_a, from_rows):
+        assert zero["first_dead"] is not None and zero["last_alive"] < stack <= zero["first_dead"], zero
+    assert from_rows["zeros"] == sum(a >= from_rows["first_dead"] for a in design.least)
+
+
+def test_the_first_zero_sentence_names_a_route_outside_its_stack_and_the_stacks_within():
+    from softcapgrad.engines import train_results
+
+    row = {"cap": "final", "precision": "fp32", "c": 30.0, "stack_first_zero": 270.325, "model": "gemma2",
+           "stack": "torch-eager-cpu (float32)"}
+    rows = [{**row, "engine": "a", "route": "r", "first_dead": 270.7, "last_alive": 270.0, "agrees": True},
+            {**row, "engine": "kerashub", "route": "jax", "first_dead": 243.2, "last_alive": 236.9, "agrees": False,
+             "stacks_within": ["jax-jit-cpu (float32)"]}]
+    said = train_results._zeros(rows)
+    assert "1 of 2 routes' brackets hold torch-eager-cpu (float32)'s 270.325 (above 270, by 270.7)" in said, said
+    assert "not kerashub (jax on gemma2): above 236.9, by 243.2, where jax-jit-cpu (float32) first zero" in said, said

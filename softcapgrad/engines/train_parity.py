@@ -3,7 +3,8 @@ first zero of the final cap's gradient.
 
 ``measure`` builds the model and its float64 references (engines/train_reference.py), writes the
 folder the routes load (``capped``) and the same weights with the final cap's input pushed further
-(``sweep-T``: the final site scaled so that the largest |a/c| is T), runs every route's adapter in
+(``sweep-T``: the final site scaled so that the largest |a/c| is T) and ``rows`` (unused head rows set so that
+every position's a is a chosen value, for routes that hide a: ``row_folder``), runs every route's adapter in
 its environment's interpreter (engines/runner.py: isolated, time-limited, a crash or hang is a
 reason), judges the capped step (engines/train_verdict.py) and reads each step's first zero.
 
@@ -138,6 +139,81 @@ def sweep_folders(model, ids, work: Path) -> list[str]:
     return names
 
 
+HIDDEN_NOTE = ("the route exposes no a: read from the gradients of head rows set so that every position's a is a "
+               "chosen value (the designed a, float64)")
+ROWS = 160  # head rows the ``rows`` folder sets, each to one designed input a
+ROW_SPAN = (1.0, 64.0)  # those inputs, geometric from c to 64c: past every horizon a route has shown (MLX: 45c)
+ROWS_FOLDER = "rows"
+
+
+@dataclass(frozen=True)
+class HeadRows:
+    """The ``rows`` folder's design: head rows ``rows`` (tokens the batch never holds) set to s_k·u, with u solving
+    H·u = 1 for the batch's head inputs H, so that every position's a for row k is s_k; ``least`` holds, per row,
+    the smallest a over the positions as float64 computes it (s_k itself where the solve is exact)."""
+
+    head: str  # the head weight's parameter name (the embedding's, where tied)
+    rows: tuple[int, ...]
+    least: tuple[float, ...]
+
+
+def row_folder(model, ids, work: Path) -> HeadRows | None:
+    """The capped model with ROWS unused head rows set so that their final cap inputs are c·geomspace(ROW_SPAN) at
+    every position: a route whose step exposes no a (a fused loss, a fused head) still shows where its cap's
+    gradient dies, in the gradient of those rows: dL/dW_k = Σ_t dL/da_tk · h_t is exactly 0 only when every
+    position's gradient is."""
+    import torch
+
+    c = ref.caps_of(model.config)["final"]
+    head = model.get_output_embeddings()
+    free = sorted(set(range(head.weight.shape[0])) - {int(i) for i in np.asarray(ids).reshape(-1)})
+    if c is None or head is None or len(free) < ROWS:
+        return None
+    seen = []
+    hook = head.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.as_tensor(np.asarray(ids).reshape(1, -1)), use_cache=False)
+    finally:
+        hook.remove()
+    h = seen[0][0].double().numpy()  # [tokens, hidden]
+    u = np.linalg.lstsq(h, np.ones(h.shape[0]), rcond=None)[0]
+    rows = free[-ROWS:]
+    inputs = c * np.geomspace(*ROW_SPAN, ROWS)
+    pushed = copy.deepcopy(model)
+    weight = pushed.get_output_embeddings().weight
+    with torch.no_grad():
+        weight[rows] = torch.as_tensor(np.outer(inputs, u), dtype=weight.dtype)
+    least = (h @ np.asarray(weight[rows].double().detach().numpy()).T).min(axis=0)  # [rows]: each row's smallest a
+    ref.save(pushed, work / ROWS_FOLDER)
+    name = next(n for n, p in model.named_parameters() if p is head.weight)
+    return HeadRows(name, tuple(rows), tuple(float(a) for a in least))
+
+
+def rows_first_zero(step, design: HeadRows, c: float) -> dict:
+    """The first zero as the head rows' gradients show it: the smallest designed a of a row whose gradient is
+    exactly 0 (every position's dL/da is, as far as the row's sum can tell), and the largest a of a live row below
+    it; None where the step holds no gradient of the head weight."""
+    grad = None if step is None else step.grads.get(design.head)
+    if grad is None or grad.ndim != 2:
+        return {"first_dead": None, "last_alive": None, "zeros": 0, "largest": None}
+    least = np.asarray(design.least)
+    dead = ~np.any(grad[list(design.rows)] != 0, axis=1)
+    first = float(least[dead].min()) if dead.any() else None
+    below = ~dead & (least < first if first is not None else True)
+    return {"first_dead": first, "last_alive": float(least[below].max()) if below.any() else None,
+            "zeros": int(dead.sum()), "largest": float(least.max()),
+            "first_dead_over_c": None if first is None else first / c}
+
+
+def _rows_readable(row: dict, engine: str, other_model: set) -> bool:
+    """Whether the head rows' design holds for the route: it computes the reference's model (applied, or not bound
+    in its precision with its forward nearest the capped model) and no route of its engine computes another model
+    (a bf16 route cannot show that by itself)."""
+    return (row["verdict"] == tv.APPLIED or (row["verdict"] == tv.NOT_BOUND and row.get("forward_cell") == "capped")) \
+        and engine not in other_model
+
+
 def first_zero(steps: list, c: float, ids) -> dict:
     """Over the steps' final cap inputs: the first positive a whose gradient is exactly 0 while the upstream one
     is not, the last positive a below it whose gradient is not 0, and how many zeros were seen."""
@@ -160,20 +236,50 @@ def first_zero(steps: list, c: float, ids) -> dict:
             "zeros": int(dead.sum()), "largest": float(a.max()), "first_dead_over_c": None if first is None else first / c}
 
 
-def stack_agreement(zero: dict, precision: str, c: float) -> dict:
-    """The stack's first zero in the route's cap format, and whether it lies in (last alive, first dead]."""
+_TRL_HEAD = ("trl's fused head computes the cap's gradient in float32 from the upcast logits, whatever the training "
+             "precision (trl 1.16.0, kernels/chunked_logprob.py lines 276–295: tile.float(), torch.tanh, 1 − t·t)")
+# Routes whose cap's backward is not torch eager's in the route's own format, as read in their source: the stack and
+# format their first zero is compared with, and why.
+CAP_STACK = {("fused-loss", "cce"): ("torch-compile-cpu", "fp32", "Cut Cross-Entropy's impl='torch_compile' caps "
+                                     "inside a torch.compile'd function (cut_cross_entropy 25.1.1, torch_compile.py "
+                                     "lines 14–27; utils.py line 7: tanh(logits / softcap) · softcap)"),
+             **{("peft-trl", r): (STACK, "fp32", _TRL_HEAD) for r in ("sft", "sft-eager", "sft-fp32")}}
+
+
+def stacks_within(zero: dict, c: float) -> list[str]:
+    """Every CPU stack of ``stacks`` (tanh, each of its formats) whose first zero lies in the route's bracket (last
+    alive, first dead]: the arithmetic that could be the route's, whatever the route says it computes in."""
+    from softcapgrad.stacks import registry
+
+    if zero.get("first_dead") is None:
+        return []
+    low = zero.get("last_alive") if zero.get("last_alive") is not None else 0.0
+    found = []
+    for name, stack in registry.STACKS.items():
+        if stack.device != "cpu" or stack.fn != "tanh":
+            continue
+        for scores in stack.formats:
+            value = registry.first_zero(name, scores, float(c)).value
+            if value is not None and low < value <= zero["first_dead"]:
+                found.append(f"{name} ({scores})")
+    return found
+
+
+def stack_agreement(zero: dict, precision: str, c: float, path: str = STACK) -> dict:
+    """The stack ``path``'s first zero in the cap's format (the route's precision unless a format is given as
+    ``precision``), and whether it lies in (last alive, first dead]."""
     from softcapgrad.stacks import registry
 
     scores = FORMATS.get(precision)
     if scores is None:
         return {"stack": None, "stack_first_zero": None, "agrees": None}
-    found = registry.first_zero(STACK, scores, float(c))
+    found = registry.first_zero(path, scores, float(c))
     value = found.value
     if value is None or zero["first_dead"] is None:
         agrees = None if value is None or zero["largest"] is None or zero["largest"] >= value else True
     else:
         agrees = (zero["last_alive"] is None or zero["last_alive"] < value) and value <= zero["first_dead"]
-    return {"stack": f"{STACK} ({scores})", "stack_first_zero": value, "agrees": agrees}
+    return {"stack": f"{path} ({scores})", "stack_first_zero": value, "agrees": agrees}
 
 
 def _info(engine: str, route, state) -> dict:
@@ -231,7 +337,8 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
     with tempfile.TemporaryDirectory(prefix="softcapgrad-train-") as tmp:
         work = Path(tmp)
         reference, model = tr.prepare(src, seq_len, seed, work)
-        folders = ["capped", *sweep_folders(model, reference.ids, work)]
+        design = row_folder(model, reference.ids, work)
+        folders = ["capped", *sweep_folders(model, reference.ids, work), *([ROWS_FOLDER] if design else [])]
         pairs = [(engine, route) for engine in engines for route in routes(engine)]
 
         def one(pair):
@@ -244,13 +351,26 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             outcomes = list(pool.map(one, pairs))
     result = TrainParity(label, reference)
+    other_model = {engine for (engine, _), (rows, _, _) in zip(pairs, outcomes)  # an engine whose model is not the
+                   for r in rows if r["verdict"] == tv.DIFFERENT}  # reference's on some route: its head inputs differ
     for (engine, route), (rows, steps, info) in zip(pairs, outcomes):
         for row in rows:
             row.update(engine=engine, route=route.id, model=label, precision=info["precision"],
                        versions=_short(info["versions"], engine))
             if row["cap"] == "final" and steps and reference.caps["final"] is not None:
                 zero = first_zero(list(steps.values()), reference.caps["final"], reference.ids)
-                row.update(zero, **(stack_agreement(zero, info["precision"], reference.caps["final"])
+                if zero["largest"] is None and design is not None and _rows_readable(row, engine, other_model):
+                    # no a exposed: the head rows' gradients, where the route computes the reference's model (its
+                    # head inputs are those the rows were designed on; where the cap is ignored, a row's gradient
+                    # dies with its softmax probability, which underflows once other rows' logits are uncapped)
+                    zero = rows_first_zero(steps.get(ROWS_FOLDER), design, reference.caps["final"])
+                    if zero["largest"] is not None:
+                        row["first_dead_note"] = HIDDEN_NOTE
+                path, scores, why = CAP_STACK.get((engine, route.id), (STACK, info["precision"], ""))
+                if why:
+                    row["first_dead_note"] = "; ".join(n for n in (row.get("first_dead_note"), why) if n)
+                row["stacks_within"] = stacks_within(zero, reference.caps["final"])
+                row.update(zero, **(stack_agreement(zero, scores, reference.caps["final"], path)
                                     if engine not in OWN_BACKWARD else
                                     {"stack": None, "stack_first_zero": None, "agrees": None,
                                      "first_dead_note": f"{OWN_BACKWARD[engine]}'s own tanh backward: no stack of "

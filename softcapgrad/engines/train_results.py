@@ -9,7 +9,7 @@ SHORT_REASON = 140  # characters of a reason the answer quotes whole
 ROW_KEYS = ("engine", "route", "model", "cap", "c", "verdict", "form", "precision", "versions", "forward_cell",
             "loss_cell", "forward_error", "forward_tolerance", "grad_error", "grad_tolerance", "grad_where", "grad_scale",
             "local_error", "local_grad_error", "local_grad_tolerance", "first_dead", "last_alive", "zeros",
-            "first_dead_over_c", "stack", "stack_first_zero", "agrees", "first_dead_note", "hint")
+            "first_dead_over_c", "stack", "stack_first_zero", "agrees", "stacks_within", "first_dead_note", "hint")
 TIMES = ("cpu_s", "wall_s")
 
 
@@ -64,22 +64,33 @@ def _fix(rows: list[dict], bad: dict) -> str:
     return f"route {keeps[0]}{setting} keeps it"
 
 
+def _bracket(found: list[dict]) -> str:
+    alive = [r["last_alive"] for r in found if r.get("last_alive") is not None]
+    return f"above {max(alive, default=0):.6g}, by {min(r['first_dead'] for r in found):.6g}"
+
+
 def _zeros(rows: list[dict]) -> str:
-    """Per format and cap value: how many routes' brackets hold stacks' first zero, and the narrowest bracket."""
+    """Per format, cap value and compared stack: how many routes' brackets hold the stack's first zero (with the
+    narrowest bracket they share), and each route whose bracket does not, with the stacks whose first zero lies in it."""
     groups: dict = {}
     for r in rows:
         if r["cap"] == "final" and r.get("first_dead") is not None:
             own = "" if r.get("stack_first_zero") is not None else f"{r['engine']} "
-            groups.setdefault((own, r["precision"], r["c"], r.get("stack_first_zero")), []).append(r)
+            groups.setdefault((own, r["precision"], r["c"], r.get("stack_first_zero"), r.get("stack")), []).append(r)
     said = []
-    for (own, precision, c, stack), found in sorted(groups.items(), key=lambda kv: kv[0][:3]):
-        alive = [r["last_alive"] for r in found if r.get("last_alive") is not None]
-        agree = sum(1 for r in found if r.get("agrees"))
-        said.append(f"{precision} at c = {c:g}: above {max(alive, default=0):.6g}, by {min(r['first_dead'] for r in found):.6g} "
-                    f"({agree} of {len(found)} routes' brackets hold stacks' torch-eager-cpu {stack:.6g})"
-                    if stack is not None else f"{own}{precision} at c = {c:g}: above {max(alive, default=0):.6g}, by "
-                                              f"{min(r['first_dead'] for r in found):.6g} (its own backward; no stack "
-                                              "compared)")
+    for (own, precision, c, stack, name), found in sorted(groups.items(), key=lambda kv: (kv[0][:3], kv[0][4] or "")):
+        if stack is None:
+            said.append(f"{own}{precision} at c = {c:g}: {_bracket(found)} (its own backward; no stack compared)")
+            continue
+        agree = [r for r in found if r.get("agrees")]
+        text = f"{precision} at c = {c:g}: {len(agree)} of {len(found)} routes' brackets hold {name}'s {stack:.6g}"
+        text += f" ({_bracket(agree)})" if agree else ""
+        for r in found:
+            if not r.get("agrees"):
+                within = ", ".join(r.get("stacks_within") or []) or "no stack's"
+                text += (f", not {r['engine']} ({r['route']} on {r['model']}): {_bracket([r])}, where "
+                         f"{within} first zero lies")
+        said.append(text)
     return "; ".join(said)
 
 
@@ -126,6 +137,11 @@ def _exact(value) -> str:
     return "" if value is None else f"{value:.7g}"
 
 
+def _read_from(row: dict) -> str:
+    """Where a route's first zero was read: the cap's input a itself, or the head rows' gradients (a hidden)."""
+    return "head rows (a hidden)" if "head rows" in (row.get("first_dead_note") or "") else "a"
+
+
 def markdown(data: dict, said: tuple[str, ...]) -> str:
     lines = ["# Does training keep the caps?", "", *said, ""]
     for m in data["models"]:
@@ -145,6 +161,11 @@ def markdown(data: dict, said: tuple[str, ...]) -> str:
         lines += ["", "| engine | route | cap | note |", "| --- | --- | --- | --- |"]
         lines += [f"| {r['engine']} | {r['route']} | {r['cap']} | {(r.get('hint') or '').replace('|', '/')} |"
                   for r in data["rows"] if r["model"] == m["model"] and r.get("hint")]
+        zeros = [r for r in data["rows"] if r["model"] == m["model"] and r["cap"] == "final" and r.get("first_dead")]
+        lines += ["", "| engine | route | first zero read from | stacks whose first zero lies in (last alive, first "
+                  "zero] |", "| --- | --- | --- | --- |"]
+        lines += [f"| {r['engine']} | {r['route']} | {_read_from(r)} | "
+                  f"{', '.join(r.get('stacks_within') or []) or 'none'} |" for r in zeros]
         lines += ["", "| engine | route | what ran |", "| --- | --- | --- |"]
         lines += [f"| {e['engine']} | {e['route']} | {e['did'] or e['how']} |" for e in data["routes"]
                   if e["model"] == m["model"]]
