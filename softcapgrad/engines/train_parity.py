@@ -184,7 +184,7 @@ def row_folder(model, ids, work: Path) -> HeadRows | None:
     weight = pushed.get_output_embeddings().weight
     with torch.no_grad():
         weight[rows] = torch.as_tensor(np.outer(inputs, u), dtype=weight.dtype)
-    least = (h @ np.asarray(weight[rows].double().detach().numpy()).T).min(axis=0)  # [rows]: each row's smallest a
+    least = (h @ weight[rows].detach().double().numpy().T).min(axis=0)  # [rows]: each row's smallest a
     ref.save(pushed, work / ROWS_FOLDER)
     name = next(n for n, p in model.named_parameters() if p is head.weight)
     return HeadRows(name, tuple(rows), tuple(float(a) for a in least))
@@ -196,14 +196,21 @@ def rows_first_zero(step, design: HeadRows, c: float) -> dict:
     it; None where the step holds no gradient of the head weight."""
     grad = None if step is None else step.grads.get(design.head)
     if grad is None or grad.ndim != 2:
-        return {"first_dead": None, "last_alive": None, "zeros": 0, "largest": None}
+        return dict(NO_ZERO)
     least = np.asarray(design.least)
-    dead = ~np.any(grad[list(design.rows)] != 0, axis=1)
-    first = float(least[dead].min()) if dead.any() else None
-    below = ~dead & (least < first if first is not None else True)
-    return {"first_dead": first, "last_alive": float(least[below].max()) if below.any() else None,
-            "zeros": int(dead.sum()), "largest": float(least.max()),
-            "first_dead_over_c": None if first is None else first / c}
+    return _bracket(least, ~np.any(grad[list(design.rows)] != 0, axis=1), float(least.max()), c)
+
+
+NO_ZERO = {"first_dead": None, "last_alive": None, "zeros": 0, "largest": None}
+
+
+def _bracket(a: np.ndarray, dead: np.ndarray, largest: float, c: float) -> dict:
+    """The smallest input ``a`` whose gradient is ``dead`` (exactly 0), the largest live one below it, how many are
+    dead, and the largest input seen."""
+    first = float(a[dead].min()) if dead.any() else None
+    below = ~dead & (a < first if first is not None else True)
+    return {"first_dead": first, "last_alive": float(a[below].max()) if below.any() else None,
+            "zeros": int(dead.sum()), "largest": largest, "first_dead_over_c": None if first is None else first / c}
 
 
 def _rows_readable(row: dict, engine: str, other_model: set) -> bool:
@@ -226,14 +233,10 @@ def first_zero(steps: list, c: float, ids) -> dict:
         a.append(s.precap[live])
         da.append(s.precap_grad[live])
     if not a:
-        return {"first_dead": None, "last_alive": None, "zeros": 0, "largest": None}
+        return dict(NO_ZERO)
     a, da = np.concatenate(a), np.concatenate(da)
     positive = a > 0
-    dead = positive & (da == 0)
-    first = float(a[dead].min()) if dead.any() else None
-    below = positive & (da != 0) & (a < first if first is not None else True)
-    return {"first_dead": first, "last_alive": float(a[below].max()) if below.any() else None,
-            "zeros": int(dead.sum()), "largest": float(a.max()), "first_dead_over_c": None if first is None else first / c}
+    return _bracket(a[positive], da[positive] == 0, float(a.max()), c)
 
 
 _TRL_HEAD = ("trl's fused head computes the cap's gradient in float32 from the upcast logits, whatever the training "

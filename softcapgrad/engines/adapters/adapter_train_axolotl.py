@@ -3,7 +3,8 @@ resolution, its model loader and trainer builder), then ``axolotl.train.train`` 
 
 The config is the smallest a user writes: ``base_model`` (the folder), one dataset (a JSON file of one
 pre-tokenised row: input_ids, attention_mask and labels, which axolotl passes through untouched),
-``sequence_len``, ``micro_batch_size: 1``, ``max_steps: 1``, ``output_dir``; the rest at axolotl's defaults.
+``sequence_len``, ``micro_batch_size: 1``, ``max_steps: 1``, ``output_dir``, and ``trust_remote_code: false`` (its
+default already: nothing from the folder runs); the rest at axolotl's defaults.
 Route ``default`` sets nothing else: axolotl 0.19.0's ``resolve_dtype`` (utils/config/__init__.py lines 163–205)
 turns ``bf16: auto`` into ``fp16: true`` where no GPU offers bf16, so on a CPU the model loads in float16.
 ``fp32`` sets ``bf16: false`` and ``fp16: false`` (float32 weights); ``fp32-eager`` also ``attn_implementation:
@@ -58,7 +59,7 @@ def config(folder, data, scratch, route: str) -> dict:
             "sequence_len": 64, "learning_rate": 5e-5, "micro_batch_size": 1, "gradient_accumulation_steps": 1,
             "max_steps": 1, "num_epochs": 1, "output_dir": str(scratch / "out"),
             "dataset_prepared_path": str(scratch / "prepared"),
-            "save_strategy": "no", "logging_steps": 1, **CHANGES[route]}
+            "save_strategy": "no", "logging_steps": 1, "trust_remote_code": False, **CHANGES[route]}
 
 
 def run_variant(run, variant: str) -> dict:
