@@ -678,6 +678,30 @@ def test_an_update_replaces_only_the_engines_and_types_it_measured():
     assert len(merged["routes"]) == 5 and train_results.unmergeable(merged) is None
 
 
+def test_an_update_on_another_cpu_keeps_both_records_and_marks_the_rows_measured_there():
+    """A compiled stack's first zero (and so a row's stacks_within) can depend on the CPU: rows merged from a run on
+    another CPU than most are marked, and the earlier run's record stays beside the new one."""
+    from softcapgrad.engines import train_results
+
+    def on(cpu: str, result: dict) -> dict:
+        record = {"cpu": {"model": cpu, "flags": ["avx2"]}, "date": "2026-12-06", "environments": {}}
+        label = f"{cpu} [avx2]"
+        return {**result, "rows": [{**r, "cpu": label} for r in result["rows"]], "provenance": record}
+
+    old = on("Planted Xeon", _result({"transformers": "old", "litgpt": "old", "torchtune": "old"}, ["gemma2"]))
+    new = on("Planted EPYC", _result({"litgpt": "new"}, ["gemma2"]))
+    merged = train_results.merge(old, new, ["transformers", "litgpt", "torchtune"])
+    assert {(r["engine"], r.get("other_cpu", False)) for r in merged["rows"]} == {
+        ("transformers", False), ("litgpt", True), ("torchtune", False)}
+    assert merged["provenance"]["cpu"]["model"] == "Planted EPYC"
+    assert [e["cpu"]["model"] for e in merged["provenance"]["earlier"]] == ["Planted Xeon"]
+    assert train_results.unmergeable(merged) is None
+    text = train_results.markdown({**merged, "models": []}, ())  # the head of the page alone
+    assert "on a Planted EPYC (kernel flags: avx2); train-parity.json holds" in text
+    assert "Measured on another CPU than the rest (train-parity.json names it per row): litgpt r." in text
+    assert "holds a cpu that is not" in train_results.unmergeable({**merged, "rows": [{**merged["rows"][0], "cpu": 1}]})
+
+
 @pytest.mark.parametrize("content,said", [
     (None, "needs --out"), ("{", "is not JSON"), ('{"rows": []}', "holds no train-parity results"),
     (json.dumps(_result({"litgpt": "v"}, ["gemma2"], seed=7)), "another seed")])

@@ -147,7 +147,9 @@ def train_parity(
         finally:
             torch.set_num_threads(threads)
         params = {"model_types": types, "engines": names, "seq_len": n, "seed": s, "timeout": timeout}
-        data = train_results.as_dict(results, params)
+        from softcapgrad.cli.parity_runs import provenance
+
+        data = train_results.as_dict(results, params, provenance(states, None))
         if earlier is not None:
             data = train_results.merge(earlier, data, list(run.ENGINES))
             data["params"] = {**earlier["params"], "updated": earlier["params"].get("updated", []) + [params]}

@@ -291,13 +291,11 @@ def merge(old: dict, new: dict) -> dict:
         for key in ("rows", "engines"):
             kept = [x for x in _of(old, key, model) if x["engine"] not in measured] + _of(new, key, model)
             merged[key] += sorted(kept, key=lambda x: order.get(x["engine"], len(order)))  # stable: routes stay
-    from softcapgrad.engines.provenance import mark_other_cpus
+    from softcapgrad.engines.provenance import carried, mark_other_cpus
 
     merged["rows"] = mark_other_cpus(merged["rows"])
-    then = old.get("provenance")
-    if then and new.get("provenance"):  # the earlier runs' records stay: their rows may still be here
-        earlier = [*then.get("earlier", []), {k: v for k, v in then.items() if k != "earlier"}]
-        merged["provenance"] = {**new["provenance"], "earlier": earlier}
+    if carried(old.get("provenance"), new.get("provenance")):
+        merged["provenance"] = carried(old.get("provenance"), new.get("provenance"))
     return merged
 
 

@@ -123,6 +123,15 @@ def mark_other_cpus(rows: list[dict]) -> list[dict]:
     return out
 
 
+def carried(old: dict | None, new: dict | None) -> dict | None:
+    """The provenance of merged results (``--update``): the new run's, with every earlier run's record kept under
+    ``earlier`` (their rows may still be there); the old one's where the new run recorded none."""
+    if not (old and new):
+        return new or old
+    earlier = [*old.get("earlier", []), {k: v for k, v in old.items() if k != "earlier"}]
+    return {**new, "earlier": earlier}
+
+
 def said(provenance: dict | None) -> str:
     """One sentence for parity.md: when and on which CPU."""
     if not provenance:

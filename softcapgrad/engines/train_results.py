@@ -13,13 +13,20 @@ ROW_KEYS = ("engine", "route", "model", "cap", "c", "verdict", "form", "precisio
 TIMES = ("cpu_s", "wall_s")
 
 
-def as_dict(results: list, params: dict) -> dict:
+def as_dict(results: list, params: dict, provenance: dict | None = None) -> dict:
+    """The results as train-parity.json holds them; with ``provenance`` (provenance.record), each row names the CPU
+    it was measured on (a compiled stack's first zero, and so a row's ``stacks_within``, can depend on it)."""
+    from softcapgrad.engines.parity import provenance_cpu
+
+    cpu = provenance_cpu(provenance)
     return _clean({
         "params": params,
         "models": [{"model": r.model, "caps": r.reference.caps, "tokens": int(r.reference.ids.size),
                     "scales": r.reference.scales, "width": r.reference.width} for r in results],
-        "rows": [{k: row.get(k) for k in ROW_KEYS} for r in results for row in r.rows],
+        "rows": [{**{k: row.get(k) for k in ROW_KEYS}, **({"cpu": cpu} if cpu else {})}
+                 for r in results for row in r.rows],
         "routes": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.routes],
+        **({"provenance": provenance} if provenance else {}),
     })
 
 
@@ -34,6 +41,11 @@ def unmergeable(data) -> str | None:
             return f"an entry of its {key} names no engine and model"
     if not all(isinstance(m, dict) and isinstance(m.get("model"), str) for m in data["models"]):
         return "an entry of its models names no model"
+    if not all(isinstance(r.get("cpu", ""), str) for r in data["rows"]):
+        return "an entry of its rows holds a cpu that is not a string"
+    then = data.get("provenance", {})
+    if not isinstance(then, dict) or not isinstance(then.get("earlier", []), list):
+        return "its provenance is not an object with a list of earlier runs"
     return None
 
 
@@ -51,6 +63,11 @@ def merge(old: dict, new: dict, engines: list[str]) -> dict:
             kept = [e for e in old[key] if e["model"] == model and (e["engine"], model) not in measured]
             kept += [e for e in new[key] if e["model"] == model]
             merged[key] += sorted(kept, key=lambda e: order.get(e["engine"], len(order)))  # stable: routes stay
+    from softcapgrad.engines.provenance import carried, mark_other_cpus
+
+    merged["rows"] = mark_other_cpus(merged["rows"])
+    if carried(old.get("provenance"), new.get("provenance")):
+        merged["provenance"] = carried(old.get("provenance"), new.get("provenance"))
     return merged
 
 
@@ -143,7 +160,15 @@ def _read_from(row: dict) -> str:
 
 
 def markdown(data: dict, said: tuple[str, ...]) -> str:
+    from softcapgrad.engines.provenance import said as measured_on
+
     lines = ["# Does training keep the caps?", "", *said, ""]
+    if data.get("provenance"):
+        lines += [measured_on(data["provenance"]).replace("parity.json", "train-parity.json"), ""]
+    other = sorted({(r["engine"], r["route"]) for r in data["rows"] if r.get("other_cpu")})
+    if other:
+        lines += ["Measured on another CPU than the rest (train-parity.json names it per row): "
+                  + ", ".join(f"{e} {r}" for e, r in other) + ".", ""]
     for m in data["models"]:
         lines += [f"## {m['model']}", "", f"caps {m['caps']}; {m['tokens']} tokens; weights scaled so that each cap "
                   f"binds ({', '.join(f'{k} ×{v:.4g}' for k, v in m['scales'].items())}).", "",
