@@ -12,9 +12,9 @@
 # make train-parity: one training step per route (transformers' Trainer at its defaults, fp32 and bf16=True, default
 # and eager attention, and a plain loss.backward(); peft LoRA and trl's SFTTrainer at their defaults; Cut
 # Cross-Entropy and Liger-Kernel's fused losses) on parity's tiny models, in the main environment and in the
-# transformers-4, transformers-5.0, train-peft, train-kerashub, train-fused, train-unsloth and train-axolotl environments, built first
-# where missing, and torchtune's, LitGPT's and mlx-lm's own code in their parity environments: results/train-parity.json,
-# .md.
+# transformers-4, transformers-5.0, train-peft, train-kerashub, train-fused, train-unsloth, train-axolotl,
+# train-easydel and train-penzai environments, built first where missing, and torchtune's, LitGPT's and mlx-lm's own
+# code in their parity environments: results/train-parity.json, .md.
 # make default-attention: transformers' default attention on Gemma 2 release by release, bisected (a light
 # environment per release under ~/.cache/softcapgrad/releases, reusing this torch); results/default-attention.json, .md.
 PYTHON ?= python3

@@ -341,6 +341,46 @@ def test_axolotl_trains_gemma2_on_sdpa_and_its_cpu_default_cannot_start(bound, t
     assert "float != c10::Half" in info["reason"], info["reason"]
 
 
+@pytest.mark.slow
+@pytest.mark.engine_environments("train-easydel")
+def test_easydel_trains_gemma2_without_its_attention_cap_on_another_window_and_rotary(bound, tmp_path,
+                                                                                     engine_environment):
+    """EasyDeL live from its environment on Gemma 2, one step of its Trainer's own step function: asked for float32,
+    its step is placed in the reference planted with its two deviations outside the caps (the rotary table in bf16,
+    the local window one key wider) and without the attention cap, which it never passes to its attention; at its
+    defaults it reads the folder through float16 and computes the attention in bf16, and matches no reference."""
+    from softcapgrad.engines import alternatives, train_parity
+
+    state = engine_environment("train-easydel")
+    reference = _capped_folder(bound, tmp_path)
+    routes = {r.id: r for r in train_parity.EASYDEL_ROUTES}
+    rows, _, info = train_parity._route("easydel", routes["fp32"], state, reference, tmp_path, ["capped"], 300.0)
+    assert info["reason"] is None and "attn_dtype float32" in info["did"], info
+    form = f"{alternatives.WIDER}, {alternatives.ROTARY_BF16}{tr.OFF}"
+    attention = {r["cap"]: r for r in rows}["attention"]
+    assert attention["verdict"] == tv.IGNORED and attention["forward_cell"] == form, attention
+    rows, _, info = train_parity._route("easydel", routes["default"], state, reference, tmp_path, ["capped"], 300.0)
+    assert "attn_dtype bfloat16" in info["did"] and [r["verdict"] for r in rows] == [tv.DIFFERENT] * 2, (info, rows)
+
+
+@pytest.mark.slow
+@pytest.mark.engine_environments("train-penzai")
+def test_penzai_names_the_loader_gemma_would_need_and_why_it_cannot_take_the_folder(bound, tmp_path,
+                                                                                    engine_environment):
+    """penzai live from its environment: asked for a reader of Gemma 2 weights, it has none of a Hugging Face folder
+    (its Hugging Face readers are of other families), and its Gemma loader builds only its presets' layer counts;
+    the row is that reason, measured from the installed penzai."""
+    from softcapgrad.engines import train_parity
+
+    state = engine_environment("train-penzai")
+    reference = _capped_folder(bound, tmp_path)
+    rows, _, info = train_parity._route("penzai", train_parity.PENZAI_ROUTES[0], state, reference, tmp_path,
+                                        ["capped"], 120.0)
+    assert [r["verdict"] for r in rows] == [tv.NOT_RUN, tv.NOT_RUN], rows
+    assert "gemma_from_pretrained_checkpoint" in info["reason"] and "this folder has 2)" in info["reason"]
+    assert "are of gpt_neox, llama, llamalike_common, mistral" in info["reason"] and "(18, 26, 28, 42, 46;" in info["reason"]
+
+
 def test_a_rows_versions_name_the_library_that_trained_first():
     from softcapgrad.engines import train_parity
 
@@ -557,6 +597,46 @@ def test_a_model_without_its_sliding_window_is_named_and_its_caps_still_judged(b
     assert rows["attention"]["verdict"] == tv.DIFFERENT and rows["attention"]["form"] == WINDOWLESS
     assert "its gradients match that model's" in rows["attention"]["hint"]
     assert rows["final"]["verdict"] == tv.APPLIED
+
+
+def test_a_model_that_differs_outside_the_caps_is_placed_and_its_caps_judged_there(bound):
+    """EasyDeL's Gemma 2 keeps its rotary table in bf16 and reads the local window as one key wider, and never applies
+    the attention cap: planted in the float64 reference, such a step is placed in that form's cell (each deviation
+    moves the log-probs far beyond the tolerance here), its attention cap ignored and its final cap applied; with
+    the attention cap kept, both are applied. The forms leave the model as it was."""
+    from softcapgrad.engines import alternatives
+
+    reference = bound[2]
+    model, ids = reference.model, reference.ids
+    tol = tv.tolerances(reference, tv.verdict.FP32)["forward"]
+    both = f"{alternatives.WIDER}, {alternatives.ROTARY_BF16}"
+    planted = [n for n in tr.OUTSIDE if alternatives.FULL_ROTARY_BF16 not in n]  # Gemma 2's rotary takes no layer type
+    assert set(reference.others) & set(tr.OUTSIDE) == set(planted) and both + tr.OFF in reference.others
+    for name in (*planted, both + tr.OFF):
+        assert tv.logit_error(reference.others[name], reference.steps["capped"]) > 100 * tol, name
+    with alternatives.window_widened(model), alternatives.rotary_rounded(model):
+        ignored = tr.step(model, ids, ("attention",))
+        kept = tr.step(model, ids)
+    rows = _rows(bound, ignored)
+    assert rows["attention"]["verdict"] == tv.IGNORED and rows["attention"]["forward_cell"] == both + tr.OFF, rows
+    assert rows["final"]["verdict"] == tv.APPLIED, rows
+    assert {r: v["verdict"] for r, v in _rows(bound, kept).items()} == {"attention": tv.APPLIED, "final": tv.APPLIED}
+    again = tr.step(model, ids)
+    assert again.loss == reference.steps["capped"].loss and np.array_equal(again.logits,
+                                                                            reference.steps["capped"].logits)
+
+
+def test_a_bf16_rounding_of_part_of_the_model_is_no_other_model_for_a_bf16_route(bound):
+    """The rotary-in-bf16 forms are cells for an fp32 route only: a bf16 route rounds at least that much of its own,
+    and must not be placed there instead of deciding its caps (a bf16 Trainer step was, before this rule)."""
+    from softcapgrad.engines import alternatives
+    from softcapgrad.engines.catalog import LOW
+
+    others = {**bound[2].others, **{n + off: None for n in tr.OUTSIDE for off in ("", tr.OFF)}}  # Gemma 3's too
+    rounded = {n for n in others if "rotary" in n}
+    assert len(rounded) == 8 and set(tv.placeable(others, tv.verdict.FP32)) == set(others)
+    assert set(tv.placeable(others, LOW["bf16"])) == set(others) - rounded
+    assert alternatives.WIDER + tr.OFF in tv.placeable(others, LOW["bf16"])  # a window is no rounding
 
 
 def test_a_frozen_parameter_is_left_out_only_where_the_route_names_it(bound, tmp_path):

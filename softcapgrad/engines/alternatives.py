@@ -20,12 +20,17 @@ WINDOWS = ("sliding_window", "attention_window_size")  # the config fields (and 
 WINDOWLESS = "the sliding window not applied"
 
 
+def _windows(model) -> list:
+    """(holder, field, window) for the config and every module that keeps a local window of its own."""
+    return [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
+            if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
+
+
 @contextlib.contextmanager
 def window_dropped(model):
     """The local layers' sliding window set far beyond the inputs, on the config and on every module that keeps its
     own copy, then restored; yields whether the model has one."""
-    saved = [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
-             if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
+    saved = _windows(model)
     try:
         for h, f, _ in saved:
             setattr(h, f, 10 * ref.MAX_TOKENS)
@@ -33,6 +38,53 @@ def window_dropped(model):
     finally:
         for h, f, v in saved:
             setattr(h, f, v)
+
+
+WIDER = "the sliding window one key wider"
+ROTARY_BF16 = "the rotary cos and sin rounded to bf16"
+FULL_ROTARY_BF16 = "the full-attention layers' rotary cos and sin rounded to bf16"
+FULL = ("full_attention",)  # the layer type whose rotary table FULL_ROTARY_BF16 rounds
+
+
+@contextlib.contextmanager
+def window_widened(model, by: int = 1):
+    """The local layers' sliding window ``by`` keys wider (a window of w read as w keys before the query, so w + 1
+    in all, where transformers' Gemma keeps w), on the config and on every module's copy, then restored; yields
+    whether the model has one."""
+    saved = _windows(model)
+    try:
+        for h, f, v in saved:
+            setattr(h, f, v + by)
+        yield bool(saved)
+    finally:
+        for h, f, v in saved:
+            setattr(h, f, v)
+
+
+@contextlib.contextmanager
+def rotary_rounded(model, only: tuple[str, ...] | None = None):
+    """Every rotary embedding module's (cos, sin) rounded to bf16 and back to their own type (an engine that keeps
+    its rotary table in bf16 whatever the model's precision), then restored; ``only``: just the calls for those
+    layer types, where the module takes one (Gemma 3's one module serves its local and its full layers). Yields
+    whether the model has such a module."""
+    import inspect
+
+    import torch
+
+    def rounded(module, args, kwargs, out):
+        kind = kwargs.get("layer_type", args[2] if len(args) > 2 else None)
+        if only is not None and kind not in only:
+            return None
+        return tuple(t.to(torch.bfloat16).to(t.dtype) for t in out)
+
+    found = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")
+             and (only is None or "layer_type" in inspect.signature(m.forward).parameters)]
+    handles = [m.register_forward_hook(rounded, with_kwargs=True) for m in found]
+    try:
+        yield bool(handles)
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def window_alternatives(model, ids) -> dict:

@@ -35,10 +35,12 @@ ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
            "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub",
            "mlx-lm": "mlxlm", "fused-loss": "train-fused", "gemma-jax": "gemma_jax", "unsloth": "train-unsloth",
-           "axolotl": "train-axolotl"}
+           "axolotl": "train-axolotl", "easydel": "train-easydel",
+           "penzai": "train-penzai"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
             "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm", "fused-loss": "train_fused",
-            "gemma-jax": "train_gemma_jax", "unsloth": "train_unsloth", "axolotl": "train_axolotl"}
+            "gemma-jax": "train_gemma_jax", "unsloth": "train_unsloth", "axolotl": "train_axolotl",
+            "easydel": "train_easydel", "penzai": "train_penzai"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -95,9 +97,17 @@ AXOLOTL_ROUTES = (  # axolotl's own config loader, model loader and trainer buil
     catalog.Route("bf16", "the same config with bf16: true", "bf16"),
     catalog.Route("lora", "fp32 with adapter: lora, lora_target_linear: true (axolotl's LoRA kernels switch on)"),
     catalog.Route("lora-no-kernels", "the same LoRA with lora_mlp/qkv/o/embedding_kernel: false"))
+EASYDEL_ROUTES = (  # EasyDeL's own Flax model from its reader of the folder, its Trainer's step function
+    catalog.Route("default", "EasyDeL's Trainer step on AutoEasyDeLModelForCausalLM.from_pretrained at its defaults "
+                             "(float32, as its signature says)"),
+    catalog.Route("fp32", "the same with torch_dtype=torch.float32 and attn_dtype=float32"),
+    catalog.Route("bf16", "the same with dtype and param_dtype bfloat16", "bf16"))
+PENZAI_ROUTES = (catalog.Route("default", "penzai's own Gemma (JAX) from the folder's weights, through its own reader "
+                                           "of a Hugging Face folder or model for Gemma if it ships one"),)
 ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "axolotl": AXOLOTL_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES,
              "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES, "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES,
-             "gemma-jax": GEMMA_JAX_ROUTES}
+             "gemma-jax": GEMMA_JAX_ROUTES, "easydel": EASYDEL_ROUTES,
+             "penzai": PENZAI_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
 
 
@@ -388,7 +398,8 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
 LIBRARIES = {"peft-trl": ("peft", "trl"), "torchtune": ("torchtune",), "litgpt": ("litgpt",),  # what trained, first
              "kerashub": ("keras-hub", "keras", "jax"), "mlx-lm": ("mlx-lm", "mlx"),
              "fused-loss": ("cut-cross-entropy", "liger-kernel"), "gemma-jax": ("gemma", "jax"),
-             "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft")}
+             "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft"), "easydel": ("easydel", "jax"),
+             "penzai": ("penzai", "jax")}
 
 
 def _short(versions: dict, engine: str) -> str:

@@ -12,9 +12,11 @@ the fp32 bound the verdicts allow (engines/train_verdict.py), far inside a bf16 
 Besides the four variants (``reference.VARIANTS``), the references hold each cap computed forward as
 c·tanh(a/c) with another backward (``FORMS``): straight-through (the upstream gradient unchanged),
 detached (no gradient), the gradient of a·tanh(a/c) instead, and the exact backward rounded to bf16
-under the fp64 forward; the two caps' values swapped; and, where the model has local layers, both caps
-with the sliding window not applied (engines/alternatives.py: MLX's Gemma 2 attends to every token). A route's
-step matching one of those names what it computes.
+under the fp64 forward; the two caps' values swapped; where the model has local layers, both caps
+with the sliding window not applied (engines/alternatives.py: MLX's Gemma 2 attends to every token); and the
+deviations outside the caps EasyDeL's Gemma 2 computes (the rotary cos and sin in bf16, the local window one key
+wider), each alone and together, with both caps and with the attention cap off. A route's step matching one of
+those names what it computes.
 """
 
 from __future__ import annotations
@@ -268,6 +270,32 @@ def _exchanged(model, ids, swap: bool) -> Step | None:
     return Step(done.loss, done.logits, grads, done.precap, done.precap_grad, done.logits_grad)
 
 
+_ROTARY = {alternatives.ROTARY_BF16: None, alternatives.FULL_ROTARY_BF16: alternatives.FULL}  # form -> layer types
+OUTSIDE = (alternatives.WIDER, *_ROTARY, *(f"{alternatives.WIDER}, {r}" for r in _ROTARY))
+OFF = ", the attention cap off"
+
+
+def _outside(wide, ids, caps: dict) -> dict:
+    """The model with deviations outside the caps that a library was found to compute (EasyDeL: Gemma 2's rotary
+    table in bf16, Gemma 3's for its full-attention layers, the local window one key wider), each alone and with
+    the window, with both caps and with the attention cap off; only those the model has (a rotary embedding, one
+    that takes a layer type, a local window)."""
+    import contextlib
+
+    out = {}
+    for name in OUTSIDE:
+        rotary = next((r for r in _ROTARY if name.endswith(r)), None)
+        with contextlib.ExitStack() as stack:
+            had = [stack.enter_context(alternatives.window_widened(wide)) if alternatives.WIDER in name else True,
+                   stack.enter_context(alternatives.rotary_rounded(wide, _ROTARY[rotary])) if rotary else True]
+            if not all(had):
+                continue
+            out[name] = step(wide, ids)
+            if caps["attention"] is not None:
+                out[name + OFF] = step(wide, ids, ("attention",))
+    return out
+
+
 def train_reference(model, ids: np.ndarray, scales: dict, applied: dict) -> TrainReference:
     """The float64 references of parity's bound model (``model`` is left as it is)."""
     wide = copy.deepcopy(model).double().train()
@@ -284,6 +312,7 @@ def train_reference(model, ids: np.ndarray, scales: dict, applied: dict) -> Trai
     with alternatives.window_dropped(wide) as has_window:  # a library whose local layers attend to every token
         if has_window:
             others[alternatives.WINDOWLESS] = step(wide, ids)
+    others.update(_outside(wide, ids, caps))
     if caps["final"] is not None:  # a library that caps the normed hidden state (torchtune's Gemma2FinalNorm)
         others[HIDDEN] = step(wide, ids, hidden=True)
         if (exchanged := _exchanged(wide, ids, swap=False)) is not None:

@@ -29,10 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from softcapgrad.engines import verdict
-from softcapgrad.engines.alternatives import WINDOWLESS
-from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, SWAPPED, WHOLE_FORMS,
-                                                 lora_view,
-                                                 next_token_log_probs, upstream)
+from softcapgrad.engines.alternatives import FULL_ROTARY_BF16, ROTARY_BF16, WINDOWLESS
+from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, OFF, OUTSIDE, SWAPPED,
+                                                 WHOLE_FORMS, lora_view, next_token_log_probs, upstream)
 
 APPLIED = "applied forward and backward"
 OTHER = "applied forward, another gradient"
@@ -47,7 +46,8 @@ NO_ARCHITECTURE = "no such architecture"
 BAD = (OTHER, IGNORED, ELSEWHERE, NOT_FINITE, DIFFERENT)
 ON = {"capped": {"attention", "final"}, "attention off": {"final"}, "final off": {"attention"}, "uncapped": set(),
       HIDDEN: {"attention"}, HIDDEN_EXCHANGED: {"attention"},  # the attention cap in place, the final one elsewhere
-      WINDOWLESS: {"attention", "final"}}  # both caps, the local layers' window dropped
+      WINDOWLESS: {"attention", "final"},  # both caps, the local layers' window dropped
+      **{n: {"attention", "final"} for n in OUTSIDE}, **{n + OFF: {"final"} for n in OUTSIDE}}  # other deviations
 BF16 = 2.0 ** -8
 LOWER = "computed in a lower precision than the forward"
 
@@ -188,6 +188,14 @@ def _candidates(step, reference, base: str, local) -> tuple[dict, str]:
     return out, ""
 
 
+def placeable(others: dict, unit: float) -> dict:
+    """The other models a step of this precision can be placed in: a form that rounds part of the model to bf16
+    is no other model for a route that computes in bf16 or coarser (its own roundings are of that size), so it is
+    left out there, as the tolerance leaves out each rounding of the route's own format."""
+    rounded = (ROTARY_BF16, FULL_ROTARY_BF16)
+    return {k: v for k, v in others.items() if not (unit >= BF16 and any(r in k for r in rounded))}
+
+
 def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> list[dict]:
     """Both caps' rows for one route's step."""
     caps = reference.caps
@@ -198,7 +206,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     refs = distinct(reference)
     if reference.swapped is not None:
         refs[SWAPPED] = reference.swapped
-    refs.update(reference.others or {})
+    refs.update(placeable(reference.others or {}, unit))
     forward = {k: logit_error(step, s, reference.ids) for k, s in refs.items()}
     loss = {k: abs(step.loss - s.loss) for k, s in refs.items()}
     f_cell, f_how = nearest(forward, tol["forward"])
