@@ -19,11 +19,11 @@ def _say(line: str) -> None:
 
 def _states(names: list[str], install: bool = False) -> dict:
     """Each environment's state: as it is, or with ``install`` built first where it is missing or stale."""
-    from softcapgrad.engines import environments, train_parity
+    from softcapgrad.engines import environments, train_routes
 
     states = {}
     for name in names:
-        env = train_parity.ENGINES[name]
+        env = train_routes.ENGINES[name]
         if env not in states:
             states[env] = environments.state(env)
             if states[env].state == "untrusted":

@@ -64,6 +64,13 @@ def hf_name(path: tuple) -> tuple[str, bool]:
     return ".".join(parts[:-1] + ["weight"]), leaf == "kernel"  # a norm's kernel is 1-D: its transpose is itself
 
 
+def _named(value) -> str:
+    """A setting as a user writes it: a dtype by its name, a dict of them likewise."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_named(v)}" for k, v in value.items()) + "}"
+    return str(getattr(value, "__name__", value))
+
+
 def loaded(run: protocol.Run, variant: str):
     import jax.numpy as jnp
     import torch
@@ -120,10 +127,10 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
     elif head is not None:
         grads["lm_head.weight"] = head
     config = model.config
-    given = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "defaults"
+    given = ", ".join(f"{k}={_named(v)}" for k, v in kwargs.items()) or "defaults"
     run.did = (f"easydel {type(model).__name__}.from_pretrained({given}); "
-               f"dtype {model.dtype.__name__ if hasattr(model.dtype, '__name__') else model.dtype}, attn_dtype "
-               f"{getattr(config, 'attn_dtype', '?')}, attn_mechanism {getattr(config, 'attn_mechanism', '?')}; "
+               f"dtype {_named(model.dtype)}, attn_dtype {_named(getattr(config, 'attn_dtype', '?'))}, "
+               f"attn_mechanism {getattr(config, 'attn_mechanism', '?')}; "
                f"training_step jitted, one step; jax on {jax.default_backend()}")
     run.precision = "bf16" if run.route == "bf16" else "fp32"
     out = {"loss": np.asarray(float(metrics.loss), dtype=np.float64), "logits": logits, "precap": precap}
