@@ -347,8 +347,9 @@ def test_easydel_trains_gemma2_without_its_attention_cap_on_another_window_and_r
                                                                                      engine_environment):
     """EasyDeL live from its environment on Gemma 2, one step of its Trainer's own step function: asked for float32,
     its step is placed in the reference planted with its two deviations outside the caps (the rotary table in bf16,
-    the local window one key wider) and without the attention cap, which it never passes to its attention; at its
-    defaults it reads the folder through float16 and computes the attention in bf16, and matches no reference."""
+    the local window one key wider) and without the attention cap, which it never passes to its attention; its final
+    cap, judged on the step's own dL/da (a zero probe added before the cap), is applied; at its defaults it reads
+    the folder through float16 and computes the attention in bf16: another model, its final cap still its own."""
     from softcapgrad.engines import alternatives, train_parity
 
     state = engine_environment("train-easydel")
@@ -357,10 +358,12 @@ def test_easydel_trains_gemma2_without_its_attention_cap_on_another_window_and_r
     rows, _, info = train_parity._route("easydel", routes["fp32"], state, reference, tmp_path, ["capped"], 300.0)
     assert info["reason"] is None and "attn_dtype float32" in info["did"], info
     form = f"{alternatives.WIDER}, {alternatives.ROTARY_BF16}{tr.OFF}"
-    attention = {r["cap"]: r for r in rows}["attention"]
-    assert attention["verdict"] == tv.IGNORED and attention["forward_cell"] == form, attention
+    by_cap = {r["cap"]: r for r in rows}
+    assert by_cap["attention"]["verdict"] == tv.IGNORED and by_cap["attention"]["forward_cell"] == form, by_cap
+    assert by_cap["final"]["verdict"] == tv.APPLIED and "sech²" in by_cap["final"]["hint"], by_cap  # its own dL/da
     rows, _, info = train_parity._route("easydel", routes["default"], state, reference, tmp_path, ["capped"], 300.0)
-    assert "attn_dtype bfloat16" in info["did"] and [r["verdict"] for r in rows] == [tv.DIFFERENT] * 2, (info, rows)
+    assert "attn_dtype bfloat16" in info["did"], info["did"]
+    assert {r["cap"]: r["verdict"] for r in rows} == {"attention": tv.DIFFERENT, "final": tv.APPLIED}, rows
 
 
 @pytest.mark.slow

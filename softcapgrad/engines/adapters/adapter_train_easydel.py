@@ -71,6 +71,31 @@ def _named(value) -> str:
     return str(getattr(value, "__name__", value))
 
 
+PROBE = "cap_probe"
+
+
+def probed(model, tokens: int):
+    """The step's own dL/da: a parameter of zeros added to the head's output before the cap (its parent class's
+    ``compute_lm_logits``, which ``Gemma2ForCausalLM.compute_lm_logits`` caps), in the logits' own dtype, so the
+    forward is unchanged (x + 0 is x) and the step's gradient for it is dL/da, computed by the step itself.
+    Returns the function that undoes the patch."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    parent = next(c for c in type(model).__mro__[1:] if "compute_lm_logits" in vars(c))
+    real = vars(parent)["compute_lm_logits"]
+    dtype = jnp.dtype(model.dtype)
+    setattr(model, PROBE, nnx.Param(jnp.zeros((1, tokens, model.config.vocab_size), dtype)))
+
+    def compute_lm_logits(self, hidden_states):
+        out = real(self, hidden_states)
+        probe = getattr(self, PROBE, None)
+        return out if probe is None else out + probe[...].astype(out.dtype)
+
+    parent.compute_lm_logits = compute_lm_logits
+    return lambda: setattr(parent, "compute_lm_logits", real)
+
+
 def loaded(run: protocol.Run, variant: str):
     import jax.numpy as jnp
     import torch
@@ -107,6 +132,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
     model, kwargs = loaded(run, variant)
     ids = jnp.asarray(run.ids.astype(np.int32).reshape(1, -1))
     batch = {"input_ids": ids, "attention_mask": jnp.ones_like(ids)}
+    restore = probed(model, ids.shape[1])
     state = model.to_state().init_tx(keeper())
     step = jax.jit(_fn.training_step, static_argnames=("loss_config", "learning_rate_fn", "partition_spec",
                                                         "gradient_accumulation_steps", "straight_through_emulator"))
@@ -115,8 +141,12 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
         hidden = model.model(input_ids=ids).last_hidden_state
         precap = np.asarray(model.apply_lm_head(hidden), np.float64)[0]
         new, metrics = step(state, batch)
-    grads = {}
+    restore()
+    grads, kept = {}, {}
     for path, g in jax.tree_util.tree_flatten_with_path(new.opt_state)[0]:
+        if PROBE in jax.tree_util.keystr(path):
+            kept["precap_grad"] = np.asarray(g, np.float64)[0]
+            continue
         name, transposed = hf_name(path)
         g = np.asarray(g, np.float64)
         grads[name] = g.T if transposed else g
@@ -133,7 +163,9 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                f"attn_mechanism {getattr(config, 'attn_mechanism', '?')}; "
                f"training_step jitted, one step; jax on {jax.default_backend()}")
     run.precision = "bf16" if run.route == "bf16" else "fp32"
-    out = {"loss": np.asarray(float(metrics.loss), dtype=np.float64), "logits": logits, "precap": precap}
+    if not np.any(kept.get("precap_grad", 0.0)):  # the step never passed through the probed head (a chunked loss)
+        kept.pop("precap_grad", None)
+    out = {"loss": np.asarray(float(metrics.loss), dtype=np.float64), "logits": logits, "precap": precap, **kept}
     out.update({f"grad/{k}": v for k, v in grads.items()})
     return out
 
