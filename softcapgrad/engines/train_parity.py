@@ -170,10 +170,10 @@ def first_zero(steps: list, c: float, ids) -> dict:
 
 _TRL_HEAD = ("trl's fused head computes the cap's gradient in float32 from the upcast logits, whatever the training "
              "precision (trl 1.16.0, kernels/chunked_logprob.py lines 276–295: tile.float(), torch.tanh, 1 − t·t)")
-# Routes whose cap's backward is not torch eager's in the route's own format, as read in their source: the stack and
-# format their first zero is compared with, and why.
 _EASYDEL_STEP = ("EasyDeL's Trainer step is jitted: XLA compiles the cap (Gemma2ForCausalLM.compute_lm_logits, "
                  "cap·tanh(logits/cap)) and its backward, as the jax-jit-cpu stack does")
+# Routes whose cap's backward is not torch eager's in the route's own format, as read in their source: the stack and
+# format their first zero is compared with, and why.
 CAP_STACK = {("fused-loss", "cce"): ("torch-compile-cpu", "fp32", "Cut Cross-Entropy's impl='torch_compile' caps "
                                      "inside a torch.compile'd function (cut_cross_entropy 25.1.1, torch_compile.py "
                                      "lines 14–27; utils.py line 7: tanh(logits / softcap) · softcap)"),

@@ -272,6 +272,7 @@ def _exchanged(model, ids, swap: bool) -> Step | None:
 
 _ROTARY = {alternatives.ROTARY_BF16: None, alternatives.FULL_ROTARY_BF16: alternatives.FULL}  # form -> layer types
 OUTSIDE = (alternatives.WIDER, *_ROTARY, *(f"{alternatives.WIDER}, {r}" for r in _ROTARY))
+ROUNDED = frozenset(n for n in OUTSIDE if n.endswith(tuple(_ROTARY)))  # the forms that round part of the model to bf16
 OFF = ", the attention cap off"
 
 

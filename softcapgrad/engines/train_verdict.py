@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from softcapgrad.engines import verdict
-from softcapgrad.engines.alternatives import FULL_ROTARY_BF16, ROTARY_BF16, WINDOWLESS
-from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, OFF, OUTSIDE, SWAPPED,
+from softcapgrad.engines.alternatives import WINDOWLESS
+from softcapgrad.engines.train_reference import (FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, OFF, OUTSIDE, ROUNDED, SWAPPED,
                                                  WHOLE_FORMS, lora_view, next_token_log_probs, upstream)
 
 APPLIED = "applied forward and backward"
@@ -192,8 +192,7 @@ def placeable(others: dict, unit: float) -> dict:
     """The other models a step of this precision can be placed in: a form that rounds part of the model to bf16
     is no other model for a route that computes in bf16 or coarser (its own roundings are of that size), so it is
     left out there, as the tolerance leaves out each rounding of the route's own format."""
-    rounded = (ROTARY_BF16, FULL_ROTARY_BF16)
-    return {k: v for k, v in others.items() if not (unit >= BF16 and any(r in k for r in rounded))}
+    return {k: v for k, v in others.items() if not (unit >= BF16 and k.removesuffix(OFF) in ROUNDED)}
 
 
 def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> list[dict]:

@@ -109,7 +109,7 @@ def loaded(run: protocol.Run, variant: str):
         kwargs = {"dtype": jnp.bfloat16, "param_dtype": jnp.bfloat16}
     try:
         model = ed.AutoEasyDeLModelForCausalLM.from_pretrained(str(run.folder(variant)), auto_shard_model=False,
-                                                               **kwargs)
+                                                               trust_remote_code=False, **kwargs)
     except KeyError as err:  # its registry's own words: "model type X is not defined. (upper task ...)"
         if "is not defined" in str(err):
             raise protocol.NoArchitecture(f"EasyDeL's registry: {err.args[0] if err.args else err}") from err
