@@ -122,7 +122,7 @@ def test_parity_json_records_the_cpu_the_date_and_each_environments_pinned_set(p
     assert len(packages) == len({d.metadata["Name"] for d in metadata.distributions()})  # every one, not a subset
     assert {r["cpu"] for r in data["rows"]} == {provenance.cpu_label(record["cpu"])}
     assert not any("other_cpu" in r for r in data["rows"])
-    assert "Measured on 2026-05-28 on a Planted Xeon 9999 (kernel flags: avx2, avx512f" in (
+    assert "Measured on 2026-05-28; CPU: Planted Xeon 9999 (kernel flags: avx2, avx512f" in (
         planted / "out" / "parity.md").read_text(encoding="utf-8")
 
 

@@ -139,5 +139,5 @@ def said(provenance: dict | None) -> str:
     cpu = provenance.get("cpu") or {}
     flags = cpu.get("flags")
     shown = ", ".join(flags) if flags else "none of " + ", ".join(KERNEL_FLAGS) if flags == [] else "not recorded"
-    return (f"Measured on {provenance.get('date')} on a {cpu.get('model', 'CPU not recorded')} (kernel flags: {shown}); "
+    return (f"Measured on {provenance.get('date')}; CPU: {cpu.get('model', 'not recorded')} (kernel flags: {shown}); "
             "parity.json holds each environment's full pinned set.")
