@@ -2,8 +2,8 @@
 
 `make bench` runs every section but `environments` (run it by name); `python benchmarks/bench.py startup scan`
 runs the named ones, and BENCH_SCAN_MIB=128,512 picks the scan's file sizes (default 128, 512 and 1024 MiB),
-BENCH_MONITOR_SIZES=tiny the monitor's models (default tiny,larger) and BENCH_MONITOR_REPEAT=31 its rounds
-(default 7). Each area has a file of its own in this folder; a section is one function of one of them.
+BENCH_MONITOR_SIZES=tiny the monitor's models (default tiny,larger), BENCH_MONITOR_REPEAT=31 its rounds
+(default 7) and BENCH_GATE_REPEAT the gate monitor's (default 61). Each area has a file of its own in this folder; a section is one function of one of them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import os
 import time
 import warnings
 
-from benchmarks.timing import Figure, interleaved
+from benchmarks.timing import Figure, interleaved, paired_extra
 
 
 def _lfm3(compiled: bool, batch: int = 2, seq: int = 16):
@@ -51,10 +51,13 @@ def gate_monitor() -> list[Figure]:
         for fn in (step, watched):
             fn()  # warm-up (and the compilation)
         monitor.rows()  # the first-zero lookup, once, outside the timing
-        t = interleaved({"plain": step, "watched": watched}, repeat=int(os.environ.get("BENCH_MONITOR_REPEAT", "7")),
-                        clock=time.process_time)
+        samples: dict[str, list[float]] = {}  # a round is one step of each (10 to 60 ms): many rounds cost little
+        t = interleaved({"plain": step, "watched": watched}, repeat=int(os.environ.get("BENCH_GATE_REPEAT", "61")),
+                        clock=time.process_time, samples=samples)
+        extra, low, high = paired_extra(samples, "watched", "plain")
         kind = "compiled" if compiled else "eager"
         out += [Figure(f"tiny lfm3 step (bf16, batch {batch}×{seq}, 1 thread), {kind}, forward+backward", t["plain"]),
-                Figure(f"  the same step inside GateMonitor ({kind})", t["watched"], t["plain"], "<= 1.1x", 1.1)]
+                Figure(f"  the same step inside GateMonitor ({kind})", t["watched"], t["plain"], "<= 1.1x", 1.1),
+                Figure(f"  watched minus plain, per round (quartiles {low * 1e3:.2f} to {high * 1e3:.2f} ms)", extra)]
     torch.set_num_threads(threads)
     return out

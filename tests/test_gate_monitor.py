@@ -142,9 +142,75 @@ def test_later_steps_watch_only_the_gate_modules_with_the_same_counts(model_type
             _step(model, autocast)
         assert monitor.sites_only
         assert monitor._calls_ok is (None if i == 0 else True)
+        # lfm3's gate is σ(g_proj(h)): from the third step on it is read from its own autograd node, with no mode
+        # (laguna's router and mixtral's softmax are computed in the module's own code: they keep the calls watch)
+        assert (monitor._feeds is not None) is (i > 0 and model_type == "lfm3")
     rows = monitor.rows()
     assert rows and all(len(set(r.per_step)) == 1 and r.steps == 4 for r in rows)
     assert any(r.zero_grad_share for r in rows)  # the sited backward counted zeros, as the full mode did
+    assert monitor.unfound == 0
+
+
+class Fed(torch.nn.Module):
+    """A gate fed straight by a child (σ(proj(x))), until ``scaled`` sends another code path: σ(3·proj(x))."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self.scaled = False
+
+    def forward(self, x):
+        g = self.proj(x)
+        return x * torch.sigmoid(g * 3.0 if self.scaled else g)
+
+
+def _fed_step(model, x, monitor, grad: bool = True) -> None:
+    with monitor.step(), torch.set_grad_enabled(grad):
+        y = model(x)
+        if grad:
+            (y * torch.arange(y.numel()).view_as(y)).sum().backward()  # a zero upstream at element 0
+
+
+def _brute(model, x) -> tuple:
+    """The step's entry as the monitor keeps it, from the gate's own output and gradient."""
+    g = model.proj(x).detach()
+    u = (g * 3.0 if model.scaled else g).requires_grad_(True)  # the sigmoid's own input
+    y = torch.sigmoid(u)
+    up = x * torch.arange(x.numel()).view_as(x)
+    (gx,) = torch.autograd.grad(y, u, up)
+    yd = y.detach().double()
+    return (y.numel(), int((yd < 1e-3).sum()), int(((yd == 0) | (yd == 1)).sum()), y.numel(),
+            int(((gx == 0) & (up != 0)).sum()), float(yd.sum()) / y.numel())
+
+
+def test_a_gate_read_from_its_node_counts_as_the_modes_do_and_a_changed_path_is_said():
+    """σ(proj(x)) is found by its autograd node from the third watched step on, with the same entries the modes
+    gave; a step whose code takes another path (the gate's input is no longer proj's output) is not counted from
+    a guess: the report says how many gate calls went uncounted, and the next step is watched by the calls again
+    (and counts the new path). A forward without autograd is watched by the calls too."""
+    torch.manual_seed(0)
+    model, x = Fed(), torch.randn(3, 4) * 4.0
+    with torch.no_grad():
+        model.proj.weight.mul_(8.0)  # some gates closed and saturated
+    monitor = GateMonitor()
+    for _ in range(4):
+        _fed_step(model, x, monitor)
+    assert monitor._feeds is not None and monitor.unfound == 0 and monitor.hidden() is None
+    plain = _brute(model, x)
+    model.scaled = True
+    _fed_step(model, x, monitor)  # the watch with no mode misses the new path
+    assert monitor.unfound == 1 and monitor._feeds is None
+    assert monitor.hidden() == ("1 gate call of a watched step took another code path than the one learnt and went "
+                                "uncounted; later steps watch the calls")
+    _fed_step(model, x, monitor)  # the calls watch counts it
+    _fed_step(model, x, monitor, grad=False)  # a forward alone
+    (row,) = monitor.rows()
+    steps = row.per_step
+    assert row.steps == 6 and steps[:4] == (plain,) * 4 and plain[1] and plain[2] and plain[4]
+    scaled = _brute(model, x)
+    assert steps[4][:3] == scaled[:3] and steps[4][4] == scaled[4]
+    assert steps[4][5] == pytest.approx(scaled[5], rel=12 * 2.0**-52, abs=0)
+    assert steps[5][:3] == scaled[:3] and steps[5][3:5] == (0, 0)  # no backward in a forward alone
 
 
 def test_a_gate_the_torch_calls_do_not_show_keeps_the_dispatch_watch():
@@ -407,3 +473,41 @@ def test_the_in_graph_counters_tell_an_activation_from_a_gate():
     assert ingraph.instrument(graph) == 5
     fns = [n.args[1] for n in graph.nodes if n.target is ingraph.OP]
     assert fns == ["router:-1:float32", "sigmoid·x", "sigmoid·x", "sigmoid", "softplus"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpointed_layer_counts_as_an_unchecked_one(reentrant):
+    """Under gradient checkpointing the forward replayed inside the backward is not counted again, and the gates'
+    backward (which reads the replayed output) is paired with it: every watched step, whichever watch counted it,
+    gives an unchecked model's entries. Non-reentrant, the gate is read by its node from the third step on, its
+    output computed again from its input rather than unpacked from the node (unpacking would run the layer's
+    recomputation in the middle of the forward and count its gates twice); reentrant, the forward runs without
+    autograd, so no node: the calls are watched."""
+    plain, checked = tiny("lfm3"), tiny("lfm3")
+    checked.activation_checkpointing_enable({"use_reentrant": reentrant})
+    monitors = [GateMonitor(), GateMonitor()]
+    for _ in range(4):
+        for model, monitor in zip((plain, checked), monitors):
+            with monitor.step(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # use_cache turned off by checkpointing
+                _step(model)
+    assert (monitors[1]._feeds is not None) is (not reentrant) and monitors[1].unfound == 0
+    expected = {(r.module, r.fn): r.per_step for r in monitors[0].rows()}
+    got = {(r.module, r.fn): r.per_step for r in monitors[1].rows()}
+    assert set(got) == set(expected) and got == expected
+    assert all(step[3] and step[4] for steps in got.values() for step in steps)  # backward elements, zeros among them
+
+
+def test_the_probe_walks_the_gate_module_s_own_graph_only(monkeypatch):
+    """The probe's walk, which must see every node that could read the gate's input, ends at the module's inputs:
+    on tiny lfm3 the attention module's graph is under 100 nodes and the whole step's about 400, so with at most 150
+    nodes to visit the gates are still found (a walk past the inputs would run out and find none)."""
+    from softcapgrad.training import gategraph
+
+    monkeypatch.setattr(gategraph, "_MOST", 150)
+    model, monitor = tiny("lfm3"), GateMonitor()
+    for _ in range(2):
+        with monitor.step():
+            _step(model)
+    assert monitor._feeds is not None and len(monitor._feeds) == 2

@@ -46,9 +46,10 @@ from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph
 from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, compiled_site, one_step, recomputing
 from softcapgrad.training.gatecalls import GateCalls
+from softcapgrad.training.gategraph import FeedProbe, GraphWatch, graph_watch
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
-    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, _closed, _saturated, gate_report, no_gate_lookup,
+    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, _closed, _saturated, gate_report, no_gate_lookup, trend,
 )
 from softcapgrad.training.tally import _zero_grads
 
@@ -104,6 +105,10 @@ class GateMonitor(SitedMode):
         self._sited: SiteWatch | None = None
         self._calls = GateCalls(self)
         self._calls_ok: bool | None = None  # whether _GateCalls saw every gate a sited step counted (None: not asked)
+        self._feeds: dict | None = None  # each gate's (module, feeding child, path), when a probe found them all
+        self.unfound = 0  # gate calls the watch with no mode did not find by their node (not counted)
+        self._probe: FeedProbe | None = None
+        self._graph: GraphWatch | None = None
         self.compiled_sites: set[GateSite] = set()  # sites counted from inside compiled code
         ingraph.install()
 
@@ -117,24 +122,37 @@ class GateMonitor(SitedMode):
         self._watcher = (threading.get_ident(), self._compiled_gate)
         ingraph.WATCHERS.append(self._watcher)  # compiled gates' counters call it, mode or no mode
 
-    def _watch(self, modules: list) -> SiteWatch:
+    def _watch(self, modules: list) -> SiteWatch | GraphWatch:
+        self._graph = graph_watch(self, self._feeds)  # the gates' own nodes: no mode at all (gategraph.py)
+        if self._graph is not None:
+            return self._graph
         if self._calls_ok:  # the torch calls of the gate modules' own code: the cheaper watch
             self._calls.watch(routers=bool(self.routers))
             return SiteWatch(self._calls, modules, self._backward_counted, NODES, TorchFunctionMode, children=False)
         # the dispatch mode there; the first such step also asks whether the cheaper watch sees it all
         self._calls.probe = set() if self._calls_ok is None else None
-        return SiteWatch(self, modules, self._backward_counted, NODES,
-                         also=self._calls if self._calls.probe is not None else None)
+        watch = SiteWatch(self, modules, self._backward_counted, NODES,
+                          also=self._calls if self._calls.probe is not None else None)
+        if self._calls.probe is not None:  # and whether the gates' nodes can be found with no mode
+            self._probe = FeedProbe(modules)
+        return watch
 
     def _closed(self, sited: bool, exc: tuple) -> None:
         ingraph.WATCHERS.remove(self._watcher)
         self._learn(sited, raised=exc[0] is not None)
         probe, self._calls.probe = self._calls.probe, None
+        feeds, graph, self._probe, self._graph = self._probe, self._graph, None, None
         self._calls.unwatch()
+        for hooks in (feeds, graph):
+            if hooks is not None:
+                hooks.close()
         if probe is not None and self._learnt is not None and exc[0] is None:
             self._calls_ok = all(site in probe for site, s in self._block.items() if s.count)
+            self._feeds = feeds.feeds(site for site, s in self._block.items() if s.count) if feeds else None
         if self._learnt is None:
-            self._calls_ok = None
+            self._calls_ok = self._feeds = None
+        elif graph is not None and graph.missed:
+            self.unfound, self._feeds = self.unfound + graph.missed, None
         if not self.held:
             self.end_step()
         self._by_output.clear()
@@ -216,10 +234,12 @@ class GateMonitor(SitedMode):
             self._by_output[x.data_ptr() if site.fn == "softplus" else y.data_ptr()] = site
 
     def _forward(self, fn: str, x: torch.Tensor, y: torch.Tensor, x_ptr: int) -> None:
-        if torch._C._current_graph_task_id() != -1:  # a forward replayed inside the backward (checkpointing)
-            return
         site, inner = self._site(fn, x)
         if (site.module, site.site) in self.activations or (self.only is not None and not self.only(site.module, fn)):
+            return
+        if recomputing():  # a forward replayed inside the backward (checkpointing): counted when it first ran; the
+            if fn != "softmax" or site in self.routers:  # backward reads this output, so it is paired with this one
+                self._after(site, y, x)
             return
         if fn == "softmax":  # a router only once a top-k reads it: counted then
             if site in self.routers:
@@ -231,6 +251,8 @@ class GateMonitor(SitedMode):
             return
         self._saw(inner)
         self._after(site, y, x)
+        if self._probe is not None:
+            self._probe.saw(site, inner, x, y)
         if fn == "sigmoid" and not self._calls.watching:  # activations are told apart while the ops are watched
             self._own_input[y.data_ptr()] = (site, {x_ptr, self._scaled.get(x_ptr, x_ptr)}, x)
         self._count(site, x, y)
@@ -317,6 +339,12 @@ class GateMonitor(SitedMode):
     # -- results
 
     def hidden(self) -> str | None:
+        said = [self._hidden_compiled()] + ([f"{self.unfound} gate call{'s' if self.unfound != 1 else ''} of a "
+                                            "watched step took another code path than the one learnt and went "
+                                            "uncounted; later steps watch the calls"] if self.unfound else [])
+        return "; ".join(s for s in said if s) or None
+
+    def _hidden_compiled(self) -> str | None:
         n = self._compiled.entered
         if n and self.compiled_sites:
             return (f"{n} compiled region{'s' if n != 1 else ''} ran: their sigmoid and softplus gates and softmax "
@@ -338,18 +366,7 @@ class GateMonitor(SitedMode):
         return self._zones[key]
 
     def trend(self, history: list[tuple]) -> str:
-        """closing: the mean falls, or the closed share rises, from each window of ``window`` steps to the next."""
-        windows = [history[i:i + self.window] for i in range(0, len(history) - len(history) % self.window, self.window)]
-        if len(windows) < WINDOWS:
-            return "—"
-        means, closed = [], []
-        for w in windows:
-            count = sum(h[0] for h in w)
-            means.append(sum(h[0] * h[5] for h in w) / count if count else 0.0)
-            closed.append(sum(h[1] for h in w) / count if count else 0.0)
-        falls = all(b < a for a, b in zip(means, means[1:]))
-        rises = all(b > a for a, b in zip(closed, closed[1:]))
-        return "closing" if falls or rises else "steady"
+        return trend(history, self.window)
 
     def rows(self) -> list[GateRow]:
         rows = []

@@ -76,6 +76,22 @@ class Step:
         self.low, self.high = float("inf"), float("-inf")
 
 
+def trend(history: list[tuple], window: int) -> str:
+    """closing: the mean falls, or the closed share rises, from each window of ``window`` steps to the next; "—"
+    before WINDOWS windows. ``history``: a site's (count, closed, saturated, backward, zero, mean) per step."""
+    windows = [history[i:i + window] for i in range(0, len(history) - len(history) % window, window)]
+    if len(windows) < WINDOWS:
+        return "—"
+    means, closed = [], []
+    for w in windows:
+        count = sum(h[0] for h in w)
+        means.append(sum(h[0] * h[5] for h in w) / count if count else 0.0)
+        closed.append(sum(h[1] for h in w) / count if count else 0.0)
+    falls = all(b < a for a, b in zip(means, means[1:]))
+    rises = all(b > a for a, b in zip(closed, closed[1:]))
+    return "closing" if falls or rises else "steady"
+
+
 def _closed(y: torch.Tensor, low: float | None = None) -> int:
     """Elements below CLOSED; none to count where the smallest element ``low`` (read on the CPU) is not."""
     if low is not None and low >= CLOSED:

@@ -66,6 +66,7 @@ def _fmax(a: float, b: float) -> float:
 
 
 _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+_SMALL = 4096  # elements: below, _zero_grads counts with fewer ops rather than cheaper passes
 
 
 def _nonzero(x: torch.Tensor):
@@ -108,9 +109,14 @@ def _zero_grads(grad_output: torch.Tensor, grad_input: torch.Tensor):
     grad_input unless something is NaN (then grad_input is NaN). So when no grad_input is NaN the count is
     nonzero(grad_output) − nonzero(grad_input); none at all when no grad_input is 0. On the CPU, where reading a
     count costs no device sync, that takes the passes of the two counts and one min/max (NaN there: some element
-    is NaN), in place of the two comparisons, their conjunction and its count."""
+    is NaN), in place of the two comparisons, their conjunction and its count. Below ``_SMALL`` elements, where
+    each op's fixed cost outweighs its passes (a gate of a tiny model), one plain count says whether any element is
+    0, and the definition counts them if so."""
     n = grad_input.numel()
-    if grad_input.device.type == "cpu" and n and grad_input.is_floating_point():
+    if grad_input.device.type == "cpu" and 0 < n <= _SMALL:
+        if int(torch.count_nonzero(grad_input)) == n:
+            return 0
+    elif grad_input.device.type == "cpu" and n and grad_input.is_floating_point():
         nonzero = int(_nonzero(grad_input))
         if nonzero == n:
             return 0
