@@ -367,6 +367,31 @@ def test_easydel_trains_gemma2_without_its_attention_cap_on_another_window_and_r
 
 
 @pytest.mark.slow
+@pytest.mark.engine_environments("train-easydel")
+def test_easydel_bf16_cap_gradient_dies_where_xla_s_does(bound, tmp_path, engine_environment):
+    """EasyDeL's bf16 step, its final cap's input pushed past the horizon: the first zero of the step's own dL/da,
+    bracketed by the a of a forward jitted as the step is, holds jax-jit-cpu's bf16 first zero (c = 30: 104). An
+    eager forward's a is not the step's in bf16 (it rounds every op where XLA's fused one does not): bracketed by
+    it, the first zero had read 64, earlier than any stack."""
+    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.vocabulary import write_tokenizer
+    from softcapgrad.stacks import registry
+
+    state = engine_environment("train-easydel")
+    model, ids, reference = bound[0], bound[1], bound[2]
+    runner.write_ids(tmp_path, ids)
+    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path)]
+    route = next(r for r in train_parity.EASYDEL_ROUTES if r.id == "bf16")
+    rows, steps, info = train_parity._route("easydel", route, state, reference, tmp_path, folders, 300.0)
+    assert info["reason"] is None and info["precision"] == "bf16", info
+    c = reference.caps["final"]
+    zero = train_parity.first_zero(list(steps.values()), c, ids)
+    xla = registry.first_zero("jax-jit-cpu", "bfloat16", c).value
+    assert zero["first_dead"] is not None and zero["last_alive"] < xla <= zero["first_dead"], (zero, xla)
+
+
+@pytest.mark.slow
 @pytest.mark.engine_environments("train-penzai")
 def test_penzai_names_the_loader_gemma_would_need_and_why_it_cannot_take_the_folder(bound, tmp_path,
                                                                                     engine_environment):
@@ -780,7 +805,7 @@ def test_an_update_on_another_cpu_keeps_both_records_and_marks_the_rows_measured
     assert [e["cpu"]["model"] for e in merged["provenance"]["earlier"]] == ["Planted Xeon"]
     assert train_results.unmergeable(merged) is None
     text = train_results.markdown({**merged, "models": []}, ())  # the head of the page alone
-    assert "on a Planted EPYC (kernel flags: avx2); train-parity.json holds" in text
+    assert "; CPU: Planted EPYC (kernel flags: avx2); train-parity.json holds" in text
     assert "Measured on another CPU than the rest (train-parity.json names it per row): litgpt r." in text
     assert "holds a cpu that is not" in train_results.unmergeable({**merged, "rows": [{**merged["rows"][0], "cpu": 1}]})
 
