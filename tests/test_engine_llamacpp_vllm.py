@@ -92,6 +92,7 @@ def test_vllm_fp32_gives_transformers_log_probs_with_both_caps(tmp_path):
     out = run(python, "vllm_cpu", "fp32", tmp_path, folder, ["capped", "final-off"])
     assert out.reason is None, out.stderr
     assert out.info["precision"] == "fp32" and out.info["output"] == "logits"
+    assert "KV cache float32 (cache_dtype auto)" in out.info["did"], out.info["did"]  # as its attention layers pick it
     rows = verdict.verdicts({"capped": out.logits["capped"], "final off": out.logits["final-off"]}, reference)
     assert {r["cap"]: r["verdict"] for r in rows} == {"attention": "applied", "final": "applied"}
 

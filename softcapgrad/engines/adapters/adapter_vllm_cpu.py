@@ -11,7 +11,8 @@ what is computed, and the verdict can read the engine's own pre-cap logits from 
 Everything else is vLLM's default: its dtype choice (``dtype="auto"``), its attention backend, its KV
 cache format, its compilation; route ``fp32`` passes ``dtype="float32"``. The CPU KV-cache space is
 set small (``VLLM_CPU_KVCACHE_SPACE``, 1 GiB, where unset): a size, not a numeric choice. What vLLM
-says it picked (dtype, attention backend) is read from its own log and its model config.
+says it picked (dtype, attention backend) is read from its own log and its model config; the KV cache's dtype from
+the resolver its attention layers call on the engine's configuration.
 """
 
 from __future__ import annotations
@@ -66,6 +67,16 @@ def engine(run, variant: str):
     return llm, vocab, said
 
 
+def kv_cache(llm) -> str:
+    """The KV cache's dtype as vLLM's attention layers choose it: their own resolver of the cache_dtype setting
+    (its "auto" is the model's dtype), on the engine's own configuration."""
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+
+    config = llm.llm_engine.vllm_config
+    chosen = kv_cache_dtype_str_to_dtype(config.cache_config.cache_dtype, config.model_config)
+    return f"KV cache {str(chosen).replace('torch.', '')} (cache_dtype {config.cache_config.cache_dtype})"
+
+
 def run_variant(run, variant: str) -> np.ndarray:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB)
     run.packages = ("vllm-cpu", "torch", "transformers", "numpy")
@@ -87,7 +98,7 @@ def run_variant(run, variant: str) -> np.ndarray:
     run.precision = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
     run.output = "logits"
     run.did = (f"vllm.LLM on the folder, dtype {dtype} ({'asked' if run.route == 'fp32' else 'vLLM default'}); "
-               f"vLLM said: {'; '.join(said) or 'no attention backend line in its log'}")
+               f"{kv_cache(llm)}; vLLM said: {'; '.join(said) or 'no attention backend line in its log'}")
     run.notes.append(f"{variant}: VLLM_CPU_KVCACHE_SPACE={os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB")
     del llm
     return values
