@@ -20,24 +20,24 @@ WINDOWS = ("sliding_window", "attention_window_size")  # the config fields (and 
 WINDOWLESS = "the sliding window not applied"
 
 
-def _windows(model) -> list:
-    """(holder, field, window) for the config and every module that keeps a local window of its own."""
-    return [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
-            if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
-
-
 @contextlib.contextmanager
-def window_dropped(model):
-    """The local layers' sliding window set far beyond the inputs, on the config and on every module that keeps its
-    own copy, then restored; yields whether the model has one."""
-    saved = _windows(model)
+def _windows_set(model, width):
+    """Every local window (on the config and on each module that keeps its own copy) set to ``width(w)``, then
+    restored; yields whether the model has one."""
+    saved = [(h, f, getattr(h, f)) for h in (model.config, *model.modules()) for f in WINDOWS
+             if isinstance(getattr(h, f, None), int) and getattr(h, f) > 0]
     try:
-        for h, f, _ in saved:
-            setattr(h, f, 10 * ref.MAX_TOKENS)
+        for h, f, v in saved:
+            setattr(h, f, width(v))
         yield bool(saved)
     finally:
         for h, f, v in saved:
             setattr(h, f, v)
+
+
+def window_dropped(model):
+    """The local layers' sliding window set far beyond the inputs, then restored; yields whether the model has one."""
+    return _windows_set(model, lambda w: 10 * ref.MAX_TOKENS)
 
 
 WIDER = "the sliding window one key wider"
@@ -46,19 +46,10 @@ FULL_ROTARY_BF16 = "the full-attention layers' rotary cos and sin rounded to bf1
 FULL = ("full_attention",)  # the layer type whose rotary table FULL_ROTARY_BF16 rounds
 
 
-@contextlib.contextmanager
 def window_widened(model, by: int = 1):
     """The local layers' sliding window ``by`` keys wider (a window of w read as w keys before the query, so w + 1
-    in all, where transformers' Gemma keeps w), on the config and on every module's copy, then restored; yields
-    whether the model has one."""
-    saved = _windows(model)
-    try:
-        for h, f, v in saved:
-            setattr(h, f, v + by)
-        yield bool(saved)
-    finally:
-        for h, f, v in saved:
-            setattr(h, f, v)
+    in all, where transformers' Gemma keeps w), then restored; yields whether the model has one."""
+    return _windows_set(model, lambda w: w + by)
 
 
 @contextlib.contextmanager

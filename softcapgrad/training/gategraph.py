@@ -24,20 +24,17 @@ from collections import deque
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_leaves
+
+from softcapgrad.training.attribution import recomputing
 
 NODE = {"sigmoid": "SigmoidBackward", "softplus": "SoftplusBackward"}
 _MOST = 4096  # nodes a walk may visit (more: given up, the gate not found)
 
 
 def _tensors(value) -> list[torch.Tensor]:
-    """The tensors in a module's arguments or output (tuples, lists and dicts of them, a ModelOutput too)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
+    """The tensors in a module's arguments or output (tuples, lists, dicts, a ModelOutput)."""
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
 def _is_gate(node, source, fn: str) -> bool:
@@ -100,7 +97,7 @@ class _Hooks:
 
     @staticmethod
     def _live() -> bool:  # a forward with a graph, not one replayed inside the backward (checkpointing)
-        return torch.is_grad_enabled() and torch._C._current_graph_task_id() == -1
+        return torch.is_grad_enabled() and not recomputing()
 
     def _child_output(self, module, args, output) -> None:
         if isinstance(output, torch.Tensor) and self._live():

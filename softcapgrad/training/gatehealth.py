@@ -141,14 +141,14 @@ class GateMonitor(SitedMode):
         ingraph.WATCHERS.remove(self._watcher)
         self._learn(sited, raised=exc[0] is not None)
         probe, self._calls.probe = self._calls.probe, None
-        feeds, graph, self._probe, self._graph = self._probe, self._graph, None, None
+        fed, graph, self._probe, self._graph = self._probe, self._graph, None, None
         self._calls.unwatch()
-        for hooks in (feeds, graph):
+        for hooks in (fed, graph):
             if hooks is not None:
                 hooks.close()
         if probe is not None and self._learnt is not None and exc[0] is None:
             self._calls_ok = all(site in probe for site, s in self._block.items() if s.count)
-            self._feeds = feeds.feeds(site for site, s in self._block.items() if s.count) if feeds else None
+            self._feeds = fed.feeds(site for site, s in self._block.items() if s.count) if fed else None
         if self._learnt is None:
             self._calls_ok = self._feeds = None
         elif graph is not None and graph.missed:
@@ -339,10 +339,10 @@ class GateMonitor(SitedMode):
     # -- results
 
     def hidden(self) -> str | None:
-        said = [self._hidden_compiled()] + ([f"{self.unfound} gate call{'s' if self.unfound != 1 else ''} of a "
-                                            "watched step took another code path than the one learnt and went "
-                                            "uncounted; later steps watch the calls"] if self.unfound else [])
-        return "; ".join(s for s in said if s) or None
+        unfound = self.unfound and (f"{self.unfound} gate call{'s' if self.unfound != 1 else ''} of a watched step "
+                                    "took another code path than the one learnt and went uncounted; later steps "
+                                    "watch the calls")
+        return "; ".join(s for s in (self._hidden_compiled(), unfound) if s) or None
 
     def _hidden_compiled(self) -> str | None:
         n = self._compiled.entered

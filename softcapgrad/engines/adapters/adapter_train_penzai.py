@@ -61,5 +61,6 @@ def run_variant(run: protocol.Run, variant: str):
         f"layer counts ({', '.join(map(str, layers))}; this folder has {config.get('num_hidden_layers')}); its "
         f"Hugging Face readers (*_from_huggingface_model) are of {', '.join(hf)}")
 
+
 if __name__ == "__main__":
     sys.exit(main(routes=ROUTES, run_variant=run_variant, packages=PACKAGES))
