@@ -200,8 +200,9 @@ def test_a_gate_read_from_its_node_counts_as_the_modes_do_and_a_changed_path_is_
     model.scaled = True
     _fed_step(model, x, monitor)  # the watch with no mode misses the new path
     assert monitor.unfound == 1 and monitor._feeds is None
-    assert monitor.hidden() == ("1 gate call of a watched step took another code path than the one learnt and went "
-                                "uncounted; later steps watch the calls")
+    assert monitor.hidden() == ("1 gate call of a watched step went uncounted (another code path than the one learnt "
+                                "ran, or the gate's input changed in place before the step ended); later steps watch "
+                                "the calls")
     _fed_step(model, x, monitor)  # the calls watch counts it
     _fed_step(model, x, monitor, grad=False)  # a forward alone
     (row,) = monitor.rows()
@@ -211,6 +212,47 @@ def test_a_gate_read_from_its_node_counts_as_the_modes_do_and_a_changed_path_is_
     assert steps[4][:3] == scaled[:3] and steps[4][4] == scaled[4]
     assert steps[4][5] == pytest.approx(scaled[5], rel=12 * 2.0**-52, abs=0)
     assert steps[5][:3] == scaled[:3] and steps[5][3:5] == (0, 0)  # no backward in a forward alone
+
+
+class Handed(torch.nn.Module):
+    """σ(proj(x)) that hands proj's output back to its caller."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self.scaled = False  # as Fed's, for _brute
+
+    def forward(self, x):
+        g = self.proj(x)
+        return x * torch.sigmoid(g), g
+
+
+def test_a_small_gate_whose_input_changes_in_place_before_the_step_ends_is_not_counted_from_the_new_values():
+    """A small gate's call found by its node is counted when the step closes, from the input it kept. The caller
+    that changes that input in place after the gate read it (here: pushes every gate shut) makes the call
+    uncounted, forward and backward, and said; the next step is watched by the calls and counts what ran."""
+    torch.manual_seed(0)
+    model, x = Handed(), torch.randn(3, 4)
+    monitor = GateMonitor()
+
+    def step(change: bool) -> None:
+        with monitor.step():
+            y, g = model(x)
+            if change:
+                with torch.no_grad():
+                    g.sub_(100.0)  # after σ read g: the kept input is no longer the gate's
+            (y * torch.arange(y.numel()).view_as(y)).sum().backward()
+
+    for _ in range(4):
+        step(False)
+    assert monitor._feeds is not None and monitor.unfound == 0
+    step(True)
+    assert monitor.unfound == 1 and monitor._feeds is None and "changed in place" in monitor.hidden()
+    step(True)  # the calls watch counts the gate as σ ran
+    (row,) = monitor.rows()
+    expected = _brute(model, x)
+    assert row.steps == 5 and row.per_step[:4] == (expected,) * 4  # the changed step holds no entry at all
+    assert row.per_step[4] == expected and row.per_step[4][1] == 0  # nothing closed: σ ran before the change
 
 
 def test_a_gate_the_torch_calls_do_not_show_keeps_the_dispatch_watch():
@@ -375,6 +417,48 @@ def test_compiled_gates_are_counted_from_their_inputs_as_eager_counts_them(model
         assert r.zero_grad_share is None and e.zero_grad_share is not None
     assert compiled_monitor.hidden().startswith("1 compiled region ran: their sigmoid and softplus gates and softmax")
     assert "no site's backward was seen" in compiled_monitor.report().answer[0]
+
+
+class Pointwise(torch.nn.Module):
+    """v·σ(3u) and v·softplus(3u): gates whose input compiled code computes with eager's bits (one product)."""
+
+    def forward(self, u, v):
+        return v * torch.sigmoid(3.0 * u) + v * torch.nn.functional.softplus(3.0 * u)
+
+
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_a_compiled_gate_is_counted_in_the_kernels_own_precision(dtype):
+    """Inductor computes a float64 gate in float64 and a bf16 one in float32, rounded (both measured against eager):
+    the monitor's counts and mean equal eager's exactly, where a float64 gate recomputed in float32 is off by about
+    1e-8 of the mean."""
+    g = torch.Generator().manual_seed(0)
+    u, v = (torch.randn(64, 33, generator=g, dtype=torch.float64).to(dtype) * 4 for _ in range(2))
+    monitor = GateMonitor()  # before the compile: its graph carries the counters
+    compiled = torch.compile(Pointwise())
+    with monitor:
+        compiled(u, v)
+    rows = {r.fn: r for r in monitor.rows()}
+    for fn, f in (("sigmoid", torch.sigmoid), ("softplus", torch.nn.functional.softplus)):
+        y = f(3.0 * u)
+        assert rows[fn].count == y.numel() and rows[fn].dtype == str(dtype).removeprefix("torch.")
+        assert rows[fn].mean_gate == torch.sum(y, dtype=torch.float64).item() / y.numel()
+        assert rows[fn].closed_share * y.numel() == int((y < 1e-3).sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("fn", ["sigmoid", "softplus"])
+def test_a_compiled_16_bit_gate_is_recomputed_in_float32_rounded_for_every_value(fn, dtype):
+    """Whichever form compiled_output picks on this CPU (one op or three), it gives, for every value of the format,
+    the bits of the gate computed in float32 and rounded (NaNs aside: their payloads carry no count)."""
+    from softcapgrad.training.gatecount import compiled_output
+
+    every = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+    every = every[~torch.isnan(every)]
+    f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
+    bits = compiled_output(fn, dtype)(every).view(torch.int16)
+    assert torch.equal(bits, f(every.float()).to(dtype).view(torch.int16))
 
 
 def test_bad_options_are_one_line():

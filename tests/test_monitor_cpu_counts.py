@@ -5,26 +5,31 @@ meets)."""
 import pytest
 import torch
 
-from softcapgrad.training.tally import _largest, _past, _stuck, _zero_grads
+from softcapgrad.training.tally import _SMALL, _largest, _past, _stuck, _zero_grads
 
 FORMATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
-def _grads(dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _grads(dtype: torch.dtype, seed: int, n: int = 997) -> tuple[torch.Tensor, torch.Tensor]:
     """An upstream gradient and a tanh backward's grad_input with zeros where upstream is 0, and some more."""
     g = torch.Generator().manual_seed(seed)
-    go = torch.randn(997, generator=g).to(dtype)
-    go[torch.rand(997, generator=g) < 0.3] = 0
+    go = torch.randn(n, generator=g).to(dtype)
+    go[torch.rand(n, generator=g) < 0.3] = 0
     gi = go * 0.5
-    gi[torch.rand(997, generator=g) < 0.05] = 0  # the dead zone: 0 from a non-zero upstream
+    gi[torch.rand(n, generator=g) < 0.05] = 0  # the dead zone: 0 from a non-zero upstream
     return go, gi
 
 
+@pytest.mark.parametrize("n", (997, 5003))  # either side of _SMALL: counted by a sum's finiteness, by a min/max
 @pytest.mark.parametrize("dtype", FORMATS)
-def test_zero_grads_equal_the_definition_with_nan_and_signed_zeros(dtype):
+def test_zero_grads_equal_the_definition_with_nan_and_signed_zeros(dtype, n):
+    assert (n <= _SMALL) is (n == 997)
     cases = []
     for seed in range(6):
-        go, gi = _grads(dtype, seed)
+        go, gi = _grads(dtype, seed, n)
+        overflow = gi.clone()
+        overflow[gi != 0] = torch.finfo(dtype).max  # finite, with a sum that is not: the definition decides
+        cases.append((go, overflow))
         cases.append((go, gi))
         with_neg_zero = gi.clone()
         with_neg_zero[with_neg_zero == 0] = -0.0  # -0.0 is a zero (dead ones too), not a non-zero bit pattern

@@ -9,6 +9,7 @@ frame outside torch (file:line). A forward op that runs while autograd runs a ba
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import weakref
@@ -86,27 +87,36 @@ _SHORT_FOR: list = [None, None]
 def compiled_site(frame, owners, below: str, where: str) -> tuple[str, str, str]:
     """(model, module, file:line) of a site inside compiled code, from the in-graph counter's module path ``below``
     and traced ``where``, the region run by the module whose call is below ``frame``."""
-    inner, outer, _ = call_site(frame)
+    inner, outer, _ = call_site(frame, line=False)
     model, module = owners.owner(inner, outer, below=below)
     file, _, line = where.rpartition(":")
     return model, module, f"{short_file(file)}:{line}" if file else where
 
 
-def call_site(frame) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:
-    """(innermost module, outermost module, file:line) of the op whose dispatch runs below ``frame``."""
-    inner = outer = None
-    site = None
+def call_site(frame, line: bool = True) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:
+    """(innermost module, outermost module, file:line) of the op whose dispatch runs below ``frame`` (wrappers such
+    as OptimizedModule skipped); ``line=False``: no file:line ("")."""
+    calls = []
+    site = None if line else ""
     while frame is not None:
         code = frame.f_code
         if code is _CALL:
-            module = frame.f_locals.get("self")
-            if type(module).__name__ not in WRAPPERS:
-                inner = inner or module
-                outer = module
+            calls.append(frame)
         elif site is None and not code.co_filename.startswith(_TORCH_DIR) and code.co_filename not in _OWN:
             site = f"{short_file(code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
-    return inner, outer, site or "(torch)"
+    # only the module calls that decide are read: a frame's locals cost a copy each
+    inner = next((m for m in map(_self, calls) if _module(m)), None)
+    outer = next((m for m in map(_self, reversed(calls)) if _module(m)), None)
+    return inner, outer, "(torch)" if site is None else site
+
+
+def _self(frame) -> torch.nn.Module | None:
+    return frame.f_locals.get("self")
+
+
+def _module(m) -> bool:
+    return m is not None and type(m).__name__ not in WRAPPERS
 
 
 def recomputing() -> bool:
@@ -178,6 +188,17 @@ class Owners:
 # --- compiled regions --------------------------------------------------------------------------
 
 
+@functools.cache
+def _dynamo_hooks() -> tuple | None:
+    """(set_guard_complete_hook, callback_handler), imported once (importing dynamo is slow); None: no dynamo."""
+    try:
+        from torch._C._dynamo.eval_frame import set_guard_complete_hook
+        from torch._dynamo.callback import callback_handler
+    except ImportError:
+        return None
+    return set_guard_complete_hook, callback_handler
+
+
 class CompiledRegions:
     """Counts compiled regions entered (dynamo cache hits and new compilations) while active.
 
@@ -207,15 +228,13 @@ class CompiledRegions:
                 regions.entered += 1
 
     def __enter__(self):
-        try:
-            from torch._C._dynamo.eval_frame import set_guard_complete_hook
-            from torch._dynamo.callback import callback_handler
-        except ImportError:
+        api = _dynamo_hooks()
+        if api is None:
             self.supported = False
             return self
         if not CompiledRegions._active:
-            CompiledRegions._previous = set_guard_complete_hook(CompiledRegions._hit)
-            callback_handler.register_start_callback(CompiledRegions._compile)
+            CompiledRegions._previous = api[0](CompiledRegions._hit)
+            api[1].register_start_callback(CompiledRegions._compile)
         CompiledRegions._active.append(self)
         return self
 
@@ -225,9 +244,7 @@ class CompiledRegions:
         CompiledRegions._active.remove(self)
         if CompiledRegions._active:
             return
-        from torch._C._dynamo.eval_frame import set_guard_complete_hook
-        from torch._dynamo.callback import callback_handler
-
+        set_guard_complete_hook, callback_handler = _dynamo_hooks()
         set_guard_complete_hook(CompiledRegions._previous)
         CompiledRegions._previous = None
         callback_handler.remove_start_callback(CompiledRegions._compile)

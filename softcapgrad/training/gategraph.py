@@ -13,7 +13,9 @@ as the other watches do. On lfm3's attention a torch function mode costs about 4
 calls; this costs two hooks per gate and a few steps along a path.
 
 A call whose node is not found (another code path ran) is not counted: ``missed`` tells the monitor, which says
-so in its report and watches with a mode from the next step on. A step without autograd takes a mode from the start.
+so in its report and watches with a mode from the next step on. A small gate's call is counted when the block
+closes (gatecount.Later), and one whose input changed in place meanwhile is not counted either. A step without
+autograd takes a mode from the start.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ _MOST = 4096  # nodes a walk may visit (more: given up, the gate not found)
 
 
 def _tensors(value) -> list[torch.Tensor]:
-    """The tensors in a module's arguments or output (tuples, lists, dicts, a ModelOutput)."""
+    """The tensors in a module's arguments or output (tuples, lists, dicts, a ModelOutput), in pytree order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if type(value) is tuple and all(v is None or isinstance(v, torch.Tensor) for v in value):  # (output, weights)
+        return [v for v in value if v is not None]
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
@@ -78,13 +84,18 @@ def follow(outputs: list, path: tuple, source, fn: str):
     return node if node is not None and _is_gate(node, source, fn) else gate_node(outputs, source, fn)[0]
 
 
-def gate_output(node, fn: str, x: torch.Tensor) -> torch.Tensor:
-    """The gate's output computed again from its input ``x`` (detached) and the node's own arguments: the same
-    kernel on the same tensor gives the same bits (the probe checks it once). Not the output the node stores:
-    unpacking it inside a checkpointed region would run that region's recomputation in the middle of the forward."""
+def gate_arguments(node, fn: str) -> tuple:
+    """The gate's arguments beside its input, as its node stored them (softplus: β and the threshold)."""
+    return () if fn == "sigmoid" else (node._saved_beta, node._saved_threshold)
+
+
+def gate_output(fn: str, x: torch.Tensor, arguments: tuple = ()) -> torch.Tensor:
+    """The gate's output computed again from its input ``x`` (detached) and its ``gate_arguments``: the same kernel
+    on the same tensor gives the same bits (the probe checks it once). Not the output the node stores: unpacking it
+    inside a checkpointed region would run that region's recomputation in the middle of the forward."""
     if fn == "sigmoid":
         return torch.sigmoid(x)
-    return torch.nn.functional.softplus(x, node._saved_beta, node._saved_threshold)
+    return torch.nn.functional.softplus(x, *arguments)
 
 
 class _Hooks:
@@ -92,7 +103,7 @@ class _Hooks:
 
     def __init__(self, gates: list[torch.nn.Module], children: list[torch.nn.Module]) -> None:
         self.outputs: dict[int, torch.Tensor] = {}  # id(child) -> its last output this step
-        self._handles = [c.register_forward_hook(self._child_output) for c in {id(c): c for c in children}.values()]
+        self._handles = [c.register_forward_hook(self._child_output) for c in children]  # each child once
         self._handles += [m.register_forward_hook(self._leave) for m in gates]
 
     @staticmethod
@@ -104,9 +115,14 @@ class _Hooks:
             self.outputs[id(module)] = output
 
     def _leave(self, module, args, output) -> None:
-        if self._live():
+        if not self._live():
+            return
+        outputs = [t.grad_fn for t in _tensors(output)]
+        if torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
             with _disable_current_modes():  # no mode (this monitor's, another's) sees the counting's own ops
-                self.left(module, [t.grad_fn for t in _tensors(output)])
+                self.left(module, outputs)
+        else:
+            self.left(module, outputs)
 
     def left(self, module, outputs: list) -> None:
         raise NotImplementedError
@@ -154,7 +170,7 @@ class FeedProbe(_Hooks):
             node, path = (gate_node(outputs, x.grad_fn, site.fn, unique=True, stop=self._stop) if x is not None
                           else (None, None))
             earlier = self.found.get(site)
-            if node is None or not torch.equal(gate_output(node, site.fn, x.detach()), y) or (
+            if node is None or not torch.equal(gate_output(site.fn, x.detach(), gate_arguments(node, site.fn)), y) or (
                     earlier is not None and earlier[1]() is not child):
                 self.lost.add(site)
             else:
@@ -168,25 +184,28 @@ class FeedProbe(_Hooks):
 
 
 def graph_watch(monitor, feeds: dict | None):
-    """The watch with no mode for this step, where the probe found every gate's feed and node and this step records
-    a graph (a no-grad forward has no nodes); None: watch with a mode."""
+    """The watch with no mode for this step, where the probe found every gate's feed and node, each still lives, and
+    this step records a graph (a no-grad forward has no nodes); None: watch with a mode."""
     if not feeds or monitor.routers or not torch.is_grad_enabled():
         return None
-    if any(module() is None or child() is None for module, child, _ in feeds.values()):
-        return None
-    return GraphWatch(monitor, feeds)
+    of: dict[int, list] = {}  # id(gate module) -> (site, child, path)
+    gates, children = {}, {}
+    for site, (module, child, path) in feeds.items():
+        module, child = module(), child()
+        if module is None or child is None:
+            return None
+        gates[id(module)], children[id(child)] = module, child
+        of.setdefault(id(module), []).append((site, child, path))
+    return GraphWatch(monitor, of, list(gates.values()), list(children.values()))
 
 
 class GraphWatch(_Hooks):
     """A step watched with no mode: each gate counted from its feeding child's output and its node (see above)."""
 
-    def __init__(self, monitor, feeds: dict) -> None:
+    def __init__(self, monitor, of: dict[int, list], gates: list, children: list) -> None:
         self.monitor, self.open, self.missed = monitor, True, 0  # missed: gate calls whose node was not found
-        self._of: dict[int, list] = {}  # id(gate module) -> (site, child, path); the monitor checked they live
-        live = {site: (module(), child(), path) for site, (module, child, path) in feeds.items()}
-        for site, (module, child, path) in live.items():
-            self._of.setdefault(id(module), []).append((site, child, path))
-        super().__init__(list({id(m): m for m, _, _ in live.values()}.values()), [c for _, c, _ in live.values()])
+        self._of = of
+        super().__init__(gates, children)
 
     def left(self, module, outputs: list) -> None:
         calls = self._of.get(id(module), ())
@@ -198,14 +217,15 @@ class GraphWatch(_Hooks):
             if node is None:  # another code path ran: this call is not counted, and the monitor goes back to a mode
                 self.missed += 1
                 continue
-            self.monitor._count(site, x, gate_output(node, site.fn, x.detach()))
-            node.register_hook(functools.partial(self._backward, site))
+            token = self.monitor._count_soon(site, x.detach(), functools.partial(
+                gate_output, site.fn, arguments=gate_arguments(node, site.fn)))
+            node.register_hook(functools.partial(self._backward, site, token))
         for _, child, _ in calls:
             self.outputs.pop(id(child), None)
 
-    def _backward(self, site, grad_inputs, grad_outputs) -> None:
+    def _backward(self, site, token, grad_inputs, grad_outputs) -> None:
         if self.open and grad_inputs and grad_inputs[0] is not None:
-            self.monitor._backward_counted(site, grad_outputs[0], grad_inputs[0])
+            self.monitor._backward_soon(site, grad_outputs[0], grad_inputs[0], token)
 
     def close(self) -> None:
         self.open = False

@@ -24,8 +24,8 @@ stuck shut; ``softcapgrad.stacks.watch.GateMonitor`` looks them up in the measur
 Compiled code: a gate inside a compiled region runs inside generated kernels the mode does not see. The
 in-graph counters of softcapgrad.training.ingraph (a pre-grad pass the monitor installs: create it before
 the model compiles) hand each compiled sigmoid's, softplus's and router softmax's input to the monitor,
-which counts the gate from it (its output recomputed in the gate's format as the kernel computes it: in
-fp32, rounded to that format; a router's softmax over its dimension in its dtype); their backward runs in
+which counts the gate from it (its output recomputed in the gate's format as the kernel computes it: a 16-bit
+format in fp32, rounded to it; a router's softmax over its dimension in its dtype); their backward runs in
 generated code, so those rows have no zero-gradient share.
 Regions compiled before the pass are not counted, and the report says so in one line (``hidden``).
 """
@@ -49,9 +49,9 @@ from softcapgrad.training.gatecalls import GateCalls
 from softcapgrad.training.gategraph import FeedProbe, GraphWatch, graph_watch
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
-    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, _closed, _saturated, gate_report, no_gate_lookup, trend,
+    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, gate_report, no_gate_lookup, trend,
 )
-from softcapgrad.training.tally import _zero_grads
+from softcapgrad.training.gatecount import Later, compiled_output, count_backward, count_forward, small
 
 aten = torch.ops.aten
 FORWARD = {aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid", aten.softplus.default: "softplus",
@@ -109,6 +109,7 @@ class GateMonitor(SitedMode):
         self.unfound = 0  # gate calls the watch with no mode did not find by their node (not counted)
         self._probe: FeedProbe | None = None
         self._graph: GraphWatch | None = None
+        self._later = Later()  # small gates' calls, counted when the block closes
         self.compiled_sites: set[GateSite] = set()  # sites counted from inside compiled code
         ingraph.install()
 
@@ -139,6 +140,7 @@ class GateMonitor(SitedMode):
 
     def _closed(self, sited: bool, exc: tuple) -> None:
         ingraph.WATCHERS.remove(self._watcher)
+        changed = self._later.flush(self._count, self._backward_counted)  # inputs changed in place: not counted
         self._learn(sited, raised=exc[0] is not None)
         probe, self._calls.probe = self._calls.probe, None
         fed, graph, self._probe, self._graph = self._probe, self._graph, None, None
@@ -151,8 +153,8 @@ class GateMonitor(SitedMode):
             self._feeds = fed.feeds(site for site, s in self._block.items() if s.count) if fed else None
         if self._learnt is None:
             self._calls_ok = self._feeds = None
-        elif graph is not None and graph.missed:
-            self.unfound, self._feeds = self.unfound + graph.missed, None
+        elif graph is not None and graph.missed + changed:
+            self.unfound, self._feeds = self.unfound + graph.missed + changed, None
         if not self.held:
             self.end_step()
         self._by_output.clear()
@@ -258,19 +260,21 @@ class GateMonitor(SitedMode):
         self._count(site, x, y)
 
     def _count(self, site: GateSite, x: torch.Tensor, y: torch.Tensor) -> None:
-        if y.numel() == 0:
-            return
-        s = self._block.setdefault(site, Step())
-        y = y.detach()
-        s.count += y.numel()
-        low = high = None
-        if y.device.type == "cpu":  # one pass for the range, which usually leaves nothing else to count
-            low, high = (v.item() for v in torch.aminmax(y))
-        s.closed += _closed(y, low)
-        s.saturated += _saturated(site.fn, y, low, high)
-        s.total += torch.sum(y, dtype=torch.float64).item()
-        low, high = (v.item() for v in torch.aminmax(x.detach()))
-        s.low, s.high = min(s.low, low), max(s.high, high)
+        count_forward(self._block.setdefault(site, Step()), site.fn, x.detach(), y.detach())
+
+    def _count_soon(self, site: GateSite, x: torch.Tensor, output: Callable) -> int | None:
+        """Count y = output(x) now, or (a small gate) when the block closes: then a token for its backward."""
+        if small(x):
+            return self._later.forward(site, x, output)
+        self._count(site, x, output(x))
+        return None
+
+    def _backward_soon(self, site: GateSite, grad_output: torch.Tensor, grad_input: torch.Tensor,
+                       token: int | None) -> None:
+        if small(grad_input):
+            self._later.backward(site, grad_output, grad_input, token)
+        else:
+            self._backward_counted(site, grad_output, grad_input)
 
     def _compiled_gate(self, a: torch.Tensor, fn: str, below: str, where: str, cap: float) -> None:
         """A gate inside compiled code, counted from its input ``a`` (x·σ(αx) arrives as "sigmoid·x": left out)."""
@@ -289,8 +293,7 @@ class GateMonitor(SitedMode):
             dtype = getattr(torch, router[2]) if router[2] else None
             self._count(site, x, torch.softmax(x, int(router[1]), dtype=dtype))
             return
-        f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
-        self._count(site, x, f(x.float()).to(x.dtype))
+        self._count(site, x, compiled_output(fn, x.dtype)(x))
 
     def _choose(self, t) -> None:
         if not isinstance(t, torch.Tensor):
@@ -329,19 +332,14 @@ class GateMonitor(SitedMode):
     def _backward_counted(self, site: GateSite, grad_output: torch.Tensor, grad_input: torch.Tensor, x=None) -> None:
         if (site.module, site.site) in self.activations:
             return
-        s = self._block.setdefault(site, Step())
-        s.backward += grad_input.numel()
-        if site.fn == "softmax":  # not elementwise: a zero upstream element does not give a zero gradient
-            s.zero += int(torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
-        else:
-            s.zero += int(_zero_grads(grad_output, grad_input))
+        count_backward(self._block.setdefault(site, Step()), site.fn, grad_output, grad_input)
 
     # -- results
 
     def hidden(self) -> str | None:
         unfound = self.unfound and (f"{self.unfound} gate call{'s' if self.unfound != 1 else ''} of a watched step "
-                                    "took another code path than the one learnt and went uncounted; later steps "
-                                    "watch the calls")
+                                    "went uncounted (another code path than the one learnt ran, or the gate's input "
+                                    "changed in place before the step ended); later steps watch the calls")
         return "; ".join(s for s in (self._hidden_compiled(), unfound) if s) or None
 
     def _hidden_compiled(self) -> str | None:

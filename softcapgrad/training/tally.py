@@ -4,6 +4,7 @@ and the report from its rows."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -111,11 +112,15 @@ def _zero_grads(grad_output: torch.Tensor, grad_input: torch.Tensor):
     count costs no device sync, that takes the passes of the two counts and one min/max (NaN there: some element
     is NaN), in place of the two comparisons, their conjunction and its count. Below ``_SMALL`` elements, where
     each op's fixed cost outweighs its passes (a gate of a tiny model), one plain count says whether any element is
-    0, and the definition counts them if so."""
+    0; if some is, a finite sum of grad_input says none is NaN, and the two counts give the answer (a sum that is
+    not finite, NaN or an overflow, leaves it to the definition)."""
     n = grad_input.numel()
     if grad_input.device.type == "cpu" and 0 < n <= _SMALL:
-        if int(torch.count_nonzero(grad_input)) == n:
+        nonzero = int(torch.count_nonzero(grad_input))
+        if nonzero == n:
             return 0
+        if grad_input.is_floating_point() and math.isfinite(grad_input.sum().item()):  # finite sum: no NaN
+            return int(torch.count_nonzero(grad_output)) - nonzero
     elif grad_input.device.type == "cpu" and n and grad_input.is_floating_point():
         nonzero = int(_nonzero(grad_input))
         if nonzero == n:
