@@ -13,6 +13,7 @@ bfloat16 (and under bf16 autocast from a float32 model), laguna's softplus head 
 code computes it) and sigmoid router, mixtral's softmax router (float32).
 """
 
+import math
 import warnings
 
 import pytest
@@ -459,6 +460,56 @@ def test_a_compiled_16_bit_gate_is_recomputed_in_float32_rounded_for_every_value
     f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
     bits = compiled_output(fn, dtype)(every).view(torch.int16)
     assert torch.equal(bits, f(every.float()).to(dtype).view(torch.int16))
+
+
+@pytest.mark.parametrize("fn", ["sigmoid", "softplus"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_small_call_counted_from_python_floats_gives_the_reductions_sums(fn, dtype):
+    """count_forward reads a call of at most _LISTED elements out as Python floats: the same closed, saturated and
+    range as the reductions give, on values planted at 0, 1, just under 1e-3 and NaN, and a sum within (n − 1)·2⁻⁵³
+    of the float64 reduction's, relatively (recursive summation's bound; math.fsum is correctly rounded)."""
+    from softcapgrad.training import gatecount
+    from softcapgrad.training.gaterows import Step
+
+    f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
+    g = torch.Generator().manual_seed(0)
+    for planted in (False, True):
+        x = (torch.randn(gatecount._LISTED, generator=g) * 40).to(dtype)  # σ stored as 0 and 1 in both formats
+        if planted:
+            x[:3] = torch.tensor([-8.0, -120.0, float("nan")])  # σ(-8) < 1e-3; softplus(-120) stored as 0
+        y = f(x)
+        listed, reduced = Step(), Step()
+        gatecount.count_forward(listed, fn, x, y)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gatecount, "_LISTED", 0)
+            gatecount.count_forward(reduced, fn, x, y)
+        for field in ("count", "closed", "saturated", "low", "high"):
+            assert getattr(listed, field) == getattr(reduced, field), field
+        assert listed.closed and listed.saturated
+        if planted:
+            assert listed.total != listed.total and reduced.total != reduced.total  # NaN, both
+        else:
+            bound = (y.numel() - 1) * 2.0**-53 * listed.total
+            assert abs(listed.total - reduced.total) <= bound and listed.total == math.fsum(y.double().tolist())
+
+
+@pytest.mark.parametrize("fn", ["sigmoid", "softmax"])
+def test_a_small_backward_counted_from_python_floats_gives_the_definition(fn):
+    """Zeros of a small backward read out as Python floats: exactly (grad_input == 0) & (grad_output != 0), with
+    -0.0 a zero and NaN in either gradient planted (bf16, the format whose dead zone the gates meet first)."""
+    from softcapgrad.training import gatecount
+    from softcapgrad.training.gaterows import Step
+
+    g = torch.Generator().manual_seed(1)
+    go = torch.randn(gatecount._LISTED, generator=g).bfloat16()
+    go[torch.rand(go.numel(), generator=g) < 0.3] = 0
+    gi = go * 0.5
+    gi[torch.rand(gi.numel(), generator=g) < 0.1] = 0  # 0 from a non-zero upstream: counted
+    gi[:4] = torch.tensor([-0.0, float("nan"), 0.0, 0.0])
+    go[:4] = torch.tensor([1.0, 0.0, float("nan"), 0.0])  # -0.0 under 1: counted; NaN: counted, not counted
+    s = Step()
+    gatecount.count_backward(s, fn, go, gi)
+    assert s.backward == gi.numel() and s.zero == int(((gi == 0) & (go != 0)).sum()) > 2
 
 
 def test_bad_options_are_one_line():

@@ -89,8 +89,11 @@ def compiled_site(frame, owners, below: str, where: str) -> tuple[str, str, str]
     and traced ``where``, the region run by the module whose call is below ``frame``."""
     inner, outer, _ = call_site(frame, line=False)
     model, module = owners.owner(inner, outer, below=below)
-    file, _, line = where.rpartition(":")
-    return model, module, f"{short_file(file)}:{line}" if file else where
+    shown = owners.traced.get(where)
+    if shown is None:  # the monitor names a traced site once: the same name all its life, at no cost per call
+        file, _, line = where.rpartition(":")
+        shown = owners.traced[where] = f"{short_file(file)}:{line}" if file else where
+    return model, module, shown
 
 
 def call_site(frame, line: bool = True) -> tuple[torch.nn.Module | None, torch.nn.Module | None, str]:
@@ -146,6 +149,7 @@ class Owners:
         self._given = {id(m): name for name, m in (names or {}).items()}
         self._of: dict[int, tuple[weakref.ref, int, str]] = {}  # id(module) -> (module, model index, name)
         self.models: list[tuple[str, str | None]] = []  # (class name, given name)
+        self.traced: dict[str, str] = {}  # a compiled site's traced file:line -> its short name
 
     def _register(self, root: torch.nn.Module) -> None:
         """Learn the modules under ``root``: a new model, or (root already known) the modules added to it since."""
