@@ -54,10 +54,11 @@ def _listed(s: Step, fn: str, xs: list[float], ys: list[float]) -> None:
     three or four reductions, each run cold between the model's kernels (compiled lfm3, two 64-element gates: the
     watched step's extra fell from about 0.2 to 0.15 ms). The sum is math.fsum's, correctly rounded, where
     torch's float64 sum is within (n − 1)·2⁻⁵³ of it, relatively; NaN anywhere makes the range NaN, as aminmax's."""
-    s.closed += sum(1 for v in ys if v < CLOSED)
+    s.closed += 0 if min(ys) >= CLOSED else sum(1 for v in ys if v < CLOSED)  # min(ys): NaN, or the least number
     s.saturated += ys.count(0.0) + (ys.count(1.0) if fn != "softplus" else 0)
     s.total += math.fsum(ys)
-    low, high = (math.nan, math.nan) if any(v != v for v in xs) else (min(xs), max(xs))
+    finite = sum(xs)  # NaN when some x is NaN (or both infinities are there): then look
+    low, high = (math.nan, math.nan) if finite != finite and any(v != v for v in xs) else (min(xs), max(xs))
     s.low, s.high = min(s.low, low), max(s.high, high)
 
 
