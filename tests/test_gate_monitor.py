@@ -215,6 +215,36 @@ def test_a_gate_read_from_its_node_counts_as_the_modes_do_and_a_changed_path_is_
     assert steps[5][:3] == scaled[:3] and steps[5][3:5] == (0, 0)  # no backward in a forward alone
 
 
+def test_an_outer_mode_sees_no_op_of_the_watch_with_no_mode():
+    """A dispatch mode around a step that the watch with no mode counts (a profiler, another monitor) sees the
+    same aten ops as around the step unwatched: the gate's recomputation and counting, in the hook and at the
+    close, run with every mode disabled."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model, x = Fed(), torch.randn(3, 4)
+    monitor = GateMonitor()
+    for _ in range(4):
+        _fed_step(model, x, monitor)
+    assert monitor._feeds is not None
+    with Ops() as plain:
+        y = model(x)
+        (y * torch.arange(y.numel()).view_as(y)).sum().backward()
+    with Ops() as watched:
+        _fed_step(model, x, monitor)
+    assert watched.ops == plain.ops and "aten.sigmoid.default" in plain.ops
+    assert monitor.rows()[0].steps == 5 and monitor.unfound == 0
+
+
 class Handed(torch.nn.Module):
     """σ(proj(x)) that hands proj's output back to its caller."""
 

@@ -20,6 +20,7 @@ autograd takes a mode from the start.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections import deque
@@ -32,6 +33,14 @@ from softcapgrad.training.attribution import recomputing
 
 NODE = {"sigmoid": "SigmoidBackward", "softplus": "SoftplusBackward"}
 _MOST = 4096  # nodes a walk may visit (more: given up, the gate not found)
+
+
+def unseen():
+    """A context in which no torch mode (this monitor's, another's) sees the counting's own ops: a plain one when no
+    mode is on the stack (entering the disabling context costs more than the hook's other work)."""
+    if torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
+        return _disable_current_modes()
+    return contextlib.nullcontext()
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -117,12 +126,8 @@ class _Hooks:
     def _leave(self, module, args, output) -> None:
         if not self._live():
             return
-        outputs = [t.grad_fn for t in _tensors(output)]
-        if torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack():
-            with _disable_current_modes():  # no mode (this monitor's, another's) sees the counting's own ops
-                self.left(module, outputs)
-        else:
-            self.left(module, outputs)
+        with unseen():
+            self.left(module, [t.grad_fn for t in _tensors(output)])
 
     def left(self, module, outputs: list) -> None:
         raise NotImplementedError

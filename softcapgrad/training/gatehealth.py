@@ -46,7 +46,7 @@ from softcapgrad.core.report import Report, render_table
 from softcapgrad.training import ingraph
 from softcapgrad.training.attribution import CompiledRegions, Owners, call_site, compiled_site, one_step, recomputing
 from softcapgrad.training.gatecalls import GateCalls
-from softcapgrad.training.gategraph import FeedProbe, GraphWatch, graph_watch
+from softcapgrad.training.gategraph import FeedProbe, GraphWatch, graph_watch, unseen
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
     GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, gate_report, no_gate_lookup, trend,
@@ -140,7 +140,8 @@ class GateMonitor(SitedMode):
 
     def _closed(self, sited: bool, exc: tuple) -> None:
         ingraph.WATCHERS.remove(self._watcher)
-        changed = self._later.flush(self._count, self._backward_counted)  # inputs changed in place: not counted
+        with unseen():  # an outer mode (a DeadZoneMonitor around this block, say) must not see the counting
+            changed = self._later.flush(self._count, self._backward_counted)  # inputs changed in place: not counted
         self._learn(sited, raised=exc[0] is not None)
         probe, self._calls.probe = self._calls.probe, None
         fed, graph, self._probe, self._graph = self._probe, self._graph, None, None
