@@ -8,7 +8,7 @@ output through the module's own graph (the module's inputs and leaves end the wa
 was found so, later steps (``GraphWatch``) keep only a hook on each feeding child (its output, x) and one on each
 gate module: after the module's forward, the path the probe learnt leads to the node again (or, if the code
 changed, a walk). The gate's output is computed again from x (and, for softplus, the node's β and threshold): the
-same kernel on the same tensor gives the same bits, which the probe checks. The node's hook counts the backward,
+same kernel on the same tensor gives the same bits, which the probe checks (``gate_function``). The node's hook counts the backward,
 as the other watches do. On lfm3's attention a torch function mode costs about 4 µs for each of its 170-odd
 calls; this costs two hooks per gate and a few steps along a path.
 
@@ -93,18 +93,14 @@ def follow(outputs: list, path: tuple, source, fn: str):
     return node if node is not None and _is_gate(node, source, fn) else gate_node(outputs, source, fn)[0]
 
 
-def gate_arguments(node, fn: str) -> tuple:
-    """The gate's arguments beside its input, as its node stored them (softplus: β and the threshold)."""
-    return () if fn == "sigmoid" else (node._saved_beta, node._saved_threshold)
-
-
-def gate_output(fn: str, x: torch.Tensor, arguments: tuple = ()) -> torch.Tensor:
-    """The gate's output computed again from its input ``x`` (detached) and its ``gate_arguments``: the same kernel
-    on the same tensor gives the same bits (the probe checks it once). Not the output the node stores: unpacking it
-    inside a checkpointed region would run that region's recomputation in the middle of the forward."""
+def gate_function(node, fn: str):
+    """The gate as its node ran it, a function of its input (softplus with the node's own β and threshold): computed
+    again from the same input, the same kernel gives the same bits (the probe checks it once). Not the output the
+    node stores: unpacking it inside a checkpointed region would run that region's recomputation in the middle of
+    the forward."""
     if fn == "sigmoid":
-        return torch.sigmoid(x)
-    return torch.nn.functional.softplus(x, *arguments)
+        return torch.sigmoid
+    return functools.partial(torch.nn.functional.softplus, beta=node._saved_beta, threshold=node._saved_threshold)
 
 
 class _Hooks:
@@ -175,7 +171,7 @@ class FeedProbe(_Hooks):
             node, path = (gate_node(outputs, x.grad_fn, site.fn, unique=True, stop=self._stop) if x is not None
                           else (None, None))
             earlier = self.found.get(site)
-            if node is None or not torch.equal(gate_output(site.fn, x.detach(), gate_arguments(node, site.fn)), y) or (
+            if node is None or not torch.equal(gate_function(node, site.fn)(x.detach()), y) or (
                     earlier is not None and earlier[1]() is not child):
                 self.lost.add(site)
             else:
@@ -222,8 +218,7 @@ class GraphWatch(_Hooks):
             if node is None:  # another code path ran: this call is not counted, and the monitor goes back to a mode
                 self.missed += 1
                 continue
-            token = self.monitor._count_soon(site, x.detach(), functools.partial(
-                gate_output, site.fn, arguments=gate_arguments(node, site.fn)))
+            token = self.monitor._count_soon(site, x.detach(), gate_function(node, site.fn))
             node.register_hook(functools.partial(self._backward, site, token))
         for _, child, _ in calls:
             self.outputs.pop(id(child), None)
