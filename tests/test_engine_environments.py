@@ -75,6 +75,46 @@ def test_removal_frees_every_key(empty):
     assert envs.remove("tiny", root, path) == 0
 
 
+def _wheel(folder, name: str = "scratchpkg") -> str:
+    """A minimal pure-Python wheel of one module (installing it needs no build backend and no index)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    def row(path: str, data: bytes) -> str:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        return f"{path},sha256={digest},{len(data)}"
+
+    info = f"{name}-0.dist-info"
+    members = {f"{name}.py": b"VALUE = 7\n",
+               f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0\n".encode(),
+               f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "\n".join([*(row(k, v) for k, v in members.items()), f"{info}/RECORD,,"]) + "\n"
+    wheel = folder / f"{name}-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for k, v in {**members, f"{info}/RECORD": record.encode()}.items():
+            z.writestr(k, v)
+    return str(wheel)
+
+
+def test_a_build_runs_pip_with_its_own_temporary_folder_and_leaves_none(tmp_path, monkeypatch):
+    """A build that installs a package through pip, with pip's TMPDIR inside the build: the package imports, the
+    finished environment holds no scratch folder, and the caller's TMPDIR is left empty. (pip removes its own
+    temporary folders when it finishes either way; test_engine_trust's SIGTERM test is the one where they would
+    stay behind without the scratch folder.)"""
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    path = tmp_path / "one.txt"
+    path.write_text(f"--no-index\n{_wheel(tmp_path)}\n", encoding="utf-8")
+    state = envs.install("one", tmp_path / "cache", path=path)
+    assert state.state == "installed" and not (state.path / ".scratch").exists()
+    ran = subprocess.run([str(state.python), "-I", "-c", "import scratchpkg; print(scratchpkg.VALUE)"],
+                         capture_output=True, text=True)
+    assert ran.stdout.strip() == "7", ran.stderr[-300:]
+    assert sorted(p.name for p in system_tmp.iterdir()) == []
+
+
 def test_a_failing_install_is_one_line(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_text("no-such-package-softcapgrad-test==0.0.0\n", encoding="utf-8")

@@ -1,6 +1,7 @@
 """The engines' cache runs nothing someone else may have put there, and leaves no build behind: a planted
 environment with a copied stamp is listed as untrusted and refused in one line; a build's temporary folder whose
-process is gone is removed; SIGTERM to an install ends pip's whole process group and removes its folder."""
+process is gone is removed; SIGTERM to an install ends pip's whole process group and removes its folder, pip's
+temporary folders with it."""
 
 from __future__ import annotations
 
@@ -175,7 +176,10 @@ def test_sigterm_during_install_ends_pip_and_its_backend_and_removes_the_build(t
     slow = tmp_path / "slow.txt"
     slow.write_text(f"--no-index\n{package}\n", encoding="utf-8")  # nothing is fetched: a local folder alone
     pids_file = tmp_path / "pids"
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SLOW_PIDS": str(pids_file)}
+    system_tmp = tmp_path / "system-tmp"  # the caller's TMPDIR: pip's temporary folders must not land there
+    system_tmp.mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SLOW_PIDS": str(pids_file),
+           "TMPDIR": str(system_tmp)}
     proc = subprocess.Popen([sys.executable, "-c", INSTALL, str(slow), NAME], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids = []
@@ -195,6 +199,7 @@ def test_sigterm_during_install_ends_pip_and_its_backend_and_removes_the_build(t
                                                 "temporary folder removed")
         assert not [pid for pid in pids if _running(pid)]  # the backend, and pip above it
         assert sorted(p.name for p in root.iterdir()) == [f".{NAME}.lock"]
+        assert sorted(p.name for p in system_tmp.iterdir()) == []  # pip's went with the build's folder
     finally:
         for pid in pids:
             if _running(pid):

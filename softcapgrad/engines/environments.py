@@ -205,10 +205,11 @@ def _base_python(req: Requirements) -> str:
     return found
 
 
-def _step(command: list[str], cwd: Path, say: Say, what: str, total: int) -> None:
-    """Run one build step, one progress line per package pip reports; its last line is the error."""
-    done = 0
-    with subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+def _step(command: list[str], cwd: Path, say: Say, what: str, total: int, scratch: Path | None = None) -> None:
+    """Run one build step, one progress line per package pip reports; its last line is the error. ``scratch``: its
+    TMPDIR, inside the build, so that a build stopped midway leaves none of pip's temporary folders behind."""
+    done, env = 0, None if scratch is None else {**os.environ, "TMPDIR": str(scratch)}
+    with subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
                           stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True) as process:
         tail = []
         try:
@@ -301,16 +302,17 @@ def _build(req: Requirements, root: Path, here: Path, say: Say) -> bool:
         bare = [] if req.packages or req.removals else ["--without-pip"]  # nothing to install: no pip either
         _step([_base_python(req), "-I", "-m", "venv", *bare, str(tmp)], root, say, req.name, 0)
         python = str(interpreter(tmp))
+        os.mkdir(scratch := tmp / ".scratch")  # pip's TMPDIR: goes with the build however it ends
         if req.packages:
             _step([python, "-I", "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-                   "--no-input", "-r", str(req.path)], tmp, say, req.name, len(req.packages))
+                   "--no-input", "-r", str(req.path)], tmp, say, req.name, len(req.packages), scratch)
         if req.removals:
-            _step([python, "-I", "-m", "pip", "uninstall", "-y", *req.removals], tmp, say, req.name, 0)
+            _step([python, "-I", "-m", "pip", "uninstall", "-y", *req.removals], tmp, say, req.name, 0, scratch)
         for script in req.then:  # e.g. llama.cpp's converter, taken from the source distribution pip built
             say(f"{req.name}: running {script}")
-            _step([python, "-I", str(HERE / "adapters" / script)], tmp, say, req.name, 0)
-        versions = _installed(python, tmp)
-        stamp = {"sha256": req.digest, "requirements": req.path.name, "versions": versions,
+            _step([python, "-I", str(HERE / "adapters" / script)], tmp, say, req.name, 0, scratch)
+        shutil.rmtree(scratch)  # empty unless a step left something there: not part of the environment
+        stamp = {"sha256": req.digest, "requirements": req.path.name, "versions": _installed(python, tmp),
                  "python": subprocess.run([python, "-I", "-c", "import sys; print(sys.version.split()[0])"],
                                           cwd=tmp, capture_output=True, text=True, check=True).stdout.strip()}
         files.write_atomic(tmp / STAMP, json.dumps(stamp, indent=1, sort_keys=True) + "\n")  # last: the build is whole
