@@ -232,13 +232,14 @@ class CompiledRegions:
                 regions.entered += 1
 
     def __enter__(self):
-        api = _dynamo_hooks()
-        if api is None:
+        hooks = _dynamo_hooks()
+        if hooks is None:
             self.supported = False
             return self
         if not CompiledRegions._active:
-            CompiledRegions._previous = api[0](CompiledRegions._hit)
-            api[1].register_start_callback(CompiledRegions._compile)
+            set_guard_complete_hook, callback_handler = hooks
+            CompiledRegions._previous = set_guard_complete_hook(CompiledRegions._hit)
+            callback_handler.register_start_callback(CompiledRegions._compile)
         CompiledRegions._active.append(self)
         return self
 

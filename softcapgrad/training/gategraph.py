@@ -7,10 +7,10 @@ autograd node is the one node of its kind that reads that output's node, found b
 output through the module's own graph (the module's inputs and leaves end the walk). Where every gate of the step
 was found so, later steps (``GraphWatch``) keep only a hook on each feeding child (its output, x) and one on each
 gate module: after the module's forward, the path the probe learnt leads to the node again (or, if the code
-changed, a walk). The gate's output is computed again from x (and, for softplus, the node's β and threshold): the
-same kernel on the same tensor gives the same bits, which the probe checks (``gate_function``). The node's hook counts the backward,
-as the other watches do. On lfm3's attention a torch function mode costs about 4 µs for each of its 170-odd
-calls; this costs two hooks per gate and a few steps along a path.
+changed, a walk). The gate's output is computed again from x (``gate_function``: for softplus, with the node's β
+and threshold): the same kernel on the same tensor gives the same bits, which the probe checks. The node's hook
+counts the backward, as the other watches do. On lfm3's attention a torch function mode costs about 4 µs for each
+of its 170-odd calls; this costs two hooks per gate and a few steps along a path.
 
 A call whose node is not found (another code path ran) is not counted: ``missed`` tells the monitor, which says
 so in its report and watches with a mode from the next step on. A small gate's call is counted when the block
