@@ -31,7 +31,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax,mlx]'
 	touch $(STAMP)
 
 reproduce: $(STAMP)

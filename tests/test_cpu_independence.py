@@ -33,7 +33,7 @@ def test_every_figure_is_the_committed_one():
 
 _HIDDEN = """
 import sys
-for name in ("jax", "jaxlib", "transformers"):
+for name in ("jax", "jaxlib", "mlx", "transformers"):
     sys.modules[name] = None  # import fails as on an install without the extra
 import json
 from softcapgrad.ledger import verdicts as claims

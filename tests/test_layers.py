@@ -98,7 +98,7 @@ def test_no_import_circle():
     assert circles == []
 
 
-@pytest.mark.parametrize("heavy", ["torch", "jax", "transformers"])
+@pytest.mark.parametrize("heavy", ["torch", "jax", "mlx", "transformers"])
 def test_laws_never_import_heavy_frameworks_at_module_level(heavy):
     found = [f"{p.relative_to(PACKAGE)}:{line}" for p in FILES if layer(module_name(p)) == "laws"
              for m, line, top in imports(p) if top and (m == heavy or m.startswith(heavy + "."))]

@@ -30,7 +30,7 @@ def test_the_registry_and_the_command_line_lists_agree():
     assert names.STACK_PATHS == tuple(stacks.STACKS)
     assert names.KNEE_STACKS == tuple(n for n, s in stacks.STACKS.items() if s.has_knee)
     for name, s in stacks.STACKS.items():
-        assert f"-{s.device}" in name and s.library in ("torch", "jax")
+        assert f"-{s.device}" in name and s.library in ("torch", "jax", "mlx")
         assert s.computes and "\n" not in s.computes
         assert s.formats and all(formats.canonical_name(f) == f for f in s.formats)
     for old, (stack, scores) in stacks.ALIASES.items():

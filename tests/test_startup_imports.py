@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "transformers", "jax", "softcapgrad.experiments", "softcapgrad.engines", "softcapgrad.models")
+HEAVY = ("torch", "transformers", "jax", "mlx", "softcapgrad.experiments", "softcapgrad.engines", "softcapgrad.models")
 WRAPPER = """import atexit, json, os, runpy, sys
 out = sys.argv.pop(1)
 def dump():

@@ -11,11 +11,11 @@ STACK_PATHS = (
     "torch-eager-cpu-patch",
     "torch-compile-cpu", "torch-compile-cpu-scalar", "torch-eager-cuda", "torch-compile-cuda", "flex-attention-cuda",
     "tanh-approx-cuda", "jax-jit-cpu", "jax-jit-cpu-upcast", "jax-eager-cpu", "jax-jit-cuda", "jax-jit-cuda-upcast",
-    "jax-eager-cuda",
+    "jax-eager-cuda", "mlx-cpu", "mlx-compile-cpu",
 )
 KNEE_STACKS = (  # the stacks whose tanh is their own (not an upcast or another function on another stack's tanh)
     "torch-eager-cpu", "torch-compile-cpu", "torch-compile-cpu-scalar", "torch-eager-cuda", "torch-compile-cuda",
-    "tanh-approx-cuda", "jax-jit-cpu", "jax-eager-cpu", "jax-jit-cuda", "jax-eager-cuda",
+    "tanh-approx-cuda", "jax-jit-cpu", "jax-eager-cpu", "jax-jit-cuda", "jax-eager-cuda", "mlx-cpu", "mlx-compile-cpu",
 )
 # the experiment's arms (softcapgrad.experiments.design), named here so that `experiment --help` lists them
 # without importing the experiment

@@ -37,7 +37,6 @@ from softcapgrad.engines.train_routes import (ADAPTER, ADAPTERS, AXOLOTL_ROUTES,
 SWEEP = (12.0, 24.0, 48.0)  # largest |a/c| of the sweep folders: past fp32's and bf16's horizons (softcapgrad
 # horizon), and past 45.05, where MLX's tanh backward (computed from the input, not the output) first gives 0 in fp32
 STACK = "torch-eager-cpu"
-OWN_BACKWARD = {"mlx-lm": "MLX"}  # engines whose cap's backward is their own library's, not torch's: no stack row
 FORMATS = {"fp32": "float32", "bf16": "bfloat16"}
 TIMES = ("cpu_s", "wall_s")
 _JUDGING = threading.Lock()
@@ -172,13 +171,16 @@ _TRL_HEAD = ("trl's fused head computes the cap's gradient in float32 from the u
              "precision (trl 1.16.0, kernels/chunked_logprob.py lines 276–295: tile.float(), torch.tanh, 1 − t·t)")
 _EASYDEL_STEP = ("EasyDeL's Trainer step is jitted: XLA compiles the cap (Gemma2ForCausalLM.compute_lm_logits, "
                  "cap·tanh(logits/cap)) and its backward, as the jax-jit-cpu stack does")
+_MLX_STEP = ("mlx-lm's Gemma caps the head's output as mx.tanh(out / cap) · cap (mlx_lm 0.32.2, models/gemma2.py "
+             "lines 199–200), and MLX's own autodiff takes its gradient, op by op as the mlx-cpu stack does")
 # Routes whose cap's backward is not torch eager's in the route's own format, as read in their source: the stack and
 # format their first zero is compared with, and why.
 CAP_STACK = {("fused-loss", "cce"): ("torch-compile-cpu", "fp32", "Cut Cross-Entropy's impl='torch_compile' caps "
                                      "inside a torch.compile'd function (cut_cross_entropy 25.1.1, torch_compile.py "
                                      "lines 14–27; utils.py line 7: tanh(logits / softcap) · softcap)"),
              **{("peft-trl", r): (STACK, "fp32", _TRL_HEAD) for r in ("sft", "sft-eager", "sft-fp32")},
-             **{("easydel", r.id): ("jax-jit-cpu", r.precision, _EASYDEL_STEP) for r in EASYDEL_ROUTES}}
+             **{("easydel", r.id): ("jax-jit-cpu", r.precision, _EASYDEL_STEP) for r in EASYDEL_ROUTES},
+             **{("mlx-lm", r.id): ("mlx-cpu", r.precision, _MLX_STEP) for r in MLX_ROUTES}}
 
 
 def stacks_within(zero: dict, c: float) -> list[str]:
@@ -215,6 +217,38 @@ def stack_agreement(zero: dict, precision: str, c: float, path: str = STACK) -> 
     else:
         agrees = (zero["last_alive"] is None or zero["last_alive"] < value) and value <= zero["first_dead"]
     return {"stack": f"{path} ({scores})", "stack_first_zero": value, "agrees": agrees}
+
+
+def upstream_agreement(steps: list, c: float, ids, path: str, precision: str) -> dict:
+    """For a stack whose zeros depend on the gradient arriving at the cap (``upstream_sets_zero``): the stack's
+    gradient at each positive a the route exposed, given the route's own dL/dz there, and whether it is 0 exactly
+    where the route's dL/da is. ``stack_first_zero`` stays the stack's own (at dL/dz = 1)."""
+    from softcapgrad.laws import formats
+    from softcapgrad.stacks import registry
+
+    scores = FORMATS.get(precision)
+    if scores is None:
+        return {"stack": None, "stack_first_zero": None, "agrees": None}
+    stack = registry.STACKS[path]
+    out = {"stack": f"{path} ({scores})", "stack_first_zero": registry.first_zero(path, scores, float(c)).value,
+           "agrees": None}
+    a, g, da = [], [], []
+    for s in steps:
+        up, _ = tr.upstream(s, ids)
+        if s.precap is None or s.precap_grad is None or up is None or s.precap.shape != up.shape:
+            continue
+        keep = (s.precap > 0) & (up != 0)
+        a.append(s.precap[keep])
+        g.append(up[keep])
+        da.append(s.precap_grad[keep])
+    why = registry.runs_here(stack) or ("" if a else "the route exposed no positive a with a non-zero dL/dz")
+    if why:
+        return {**out, "pointwise": {"positions": 0, "same": 0, "zeros": 0, "why": why}}
+    a, g, da = np.concatenate(a), np.concatenate(g), np.concatenate(da)
+    dead = registry.gradient(stack, a, formats.resolve(scores), float(c), upstream=g) == 0
+    same = dead == (da == 0)
+    return {**out, "agrees": bool(same.all()), "pointwise": {"positions": int(a.size), "same": int(same.sum()),
+                                                             "zeros": int(dead.sum())}}
 
 
 def _info(engine: str, route, state) -> dict:
@@ -269,6 +303,8 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
     """Every route of every engine on one model type; ``states`` maps an environment to its State (None: absent)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from softcapgrad.stacks import registry
+
     with tempfile.TemporaryDirectory(prefix="softcapgrad-train-") as tmp:
         work = Path(tmp)
         reference, model = tr.prepare(src, seq_len, seed, work)
@@ -305,11 +341,10 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
                 if why:
                     row["first_dead_note"] = "; ".join(n for n in (row.get("first_dead_note"), why) if n)
                 row["stacks_within"] = stacks_within(zero, reference.caps["final"])
-                row.update(zero, **(stack_agreement(zero, scores, reference.caps["final"], path)
-                                    if engine not in OWN_BACKWARD else
-                                    {"stack": None, "stack_first_zero": None, "agrees": None,
-                                     "first_dead_note": f"{OWN_BACKWARD[engine]}'s own tanh backward: no stack of "
-                                                        f"softcapgrad stacks computes it, so none is compared"}))
+                pointwise = registry.STACKS[path].upstream_sets_zero
+                row.update(zero, **(upstream_agreement(list(steps.values()), reference.caps["final"], reference.ids,
+                                                       path, scores) if pointwise else
+                                    stack_agreement(zero, scores, reference.caps["final"], path)))
             elif row["cap"] == "attention" and steps:
                 row["first_dead_note"] = "the route does not expose the attention scores or their gradient"
         result.rows.extend(rows)

@@ -9,7 +9,8 @@ SHORT_REASON = 140  # characters of a reason the answer quotes whole
 ROW_KEYS = ("engine", "route", "model", "cap", "c", "verdict", "form", "precision", "versions", "forward_cell",
             "loss_cell", "forward_error", "forward_tolerance", "grad_error", "grad_tolerance", "grad_where", "grad_scale",
             "local_error", "local_grad_error", "local_grad_tolerance", "first_dead", "last_alive", "zeros",
-            "first_dead_over_c", "stack", "stack_first_zero", "agrees", "stacks_within", "first_dead_note", "hint")
+            "first_dead_over_c", "stack", "stack_first_zero", "agrees", "pointwise", "stacks_within", "first_dead_note",
+            "hint")
 TIMES = ("cpu_s", "wall_s")
 
 
@@ -93,11 +94,17 @@ def _zeros(rows: list[dict]) -> str:
     for r in rows:
         if r["cap"] == "final" and r.get("first_dead") is not None:
             own = "" if r.get("stack_first_zero") is not None else f"{r['engine']} "
-            groups.setdefault((own, r["precision"], r["c"], r.get("stack_first_zero"), r.get("stack")), []).append(r)
+            pointwise = r.get("pointwise") is not None
+            key = (own, r["precision"], r["c"], r.get("stack_first_zero"), r.get("stack"), pointwise)
+            groups.setdefault(key, []).append(r)
     said = []
-    for (own, precision, c, stack, name), found in sorted(groups.items(), key=lambda kv: (kv[0][:3], kv[0][4] or "")):
+    for (own, precision, c, stack, name, pointwise), found in sorted(groups.items(),
+                                                                     key=lambda kv: (kv[0][:3], kv[0][4] or "")):
         if stack is None:
-            said.append(f"{own}{precision} at c = {c:g}: {_bracket(found)} (its own backward; no stack compared)")
+            said.append(f"{own}{precision} at c = {c:g}: {_bracket(found)} (no stack compared)")
+            continue
+        if pointwise:
+            said.append(_pointwise(precision, c, stack, name, found))
             continue
         agree = [r for r in found if r.get("agrees")]
         text = f"{precision} at c = {c:g}: {len(agree)} of {len(found)} routes' brackets hold {name}'s {stack:.6g}"
@@ -109,6 +116,23 @@ def _zeros(rows: list[dict]) -> str:
                          f"{within} first zero lies")
         said.append(text)
     return "; ".join(said)
+
+
+def _pointwise(precision: str, c: float, stack: float, name: str, found: list[dict]) -> str:
+    """Routes compared with a stack whose zeros depend on the gradient arriving at the cap: the stack run at each
+    route's own a and dL/dz, zero where the route's gradient is zero and nowhere else, or not."""
+    agree = [r for r in found if r.get("agrees")]
+    text = (f"{precision} at c = {c:g}: {len(agree)} of {len(found)} routes give 0 exactly where {name} gives 0 at "
+            f"the route's own a and dL/dz")
+    text += (f" ({_bracket(agree)}; {sum(r['pointwise']['positions'] for r in agree)} positive a compared)"
+             if agree else "")
+    for r in found:
+        if not r.get("agrees"):
+            seen = r.get("pointwise")
+            text += (f", not {r['engine']} ({r['route']} on {r['model']}): "
+                     + (f"not compared ({seen['why']})" if seen.get("why") else
+                        f"{seen['positions'] - seen['same']} of {seen['positions']} positions differ"))
+    return text + f"; {name}'s own first zero, at dL/dz = 1, is {stack:.6g} (a smaller dL/dz moves it down)"
 
 
 def answer(data: dict) -> tuple[str, ...]:

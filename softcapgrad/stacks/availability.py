@@ -1,4 +1,4 @@
-"""Whether a stack runs on this machine, and where a measurement of it ran: the backend installed (jax,
+"""Whether a stack runs on this machine, and where a measurement of it ran: the backend installed (jax, mlx,
 triton, a CUDA build of torch), a CUDA device, a C++ compiler and a vector ISA for inductor's CPU code."""
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ def runs_here(stack) -> str:
                 jax.devices("gpu")
             except RuntimeError:
                 return "jax has no GPU here"
+        return ""
+    if stack.library == "mlx":
+        try:
+            import mlx.core  # noqa: F401
+        except ImportError:
+            return "mlx is not installed (pip install 'softcapgrad[mlx]')"
         return ""
     if stack.device == "cuda":
         build = torch_build()

@@ -38,13 +38,15 @@ class Sigmoid:
 @dataclass(frozen=True)
 class Stack:
     name: str
-    library: str  # torch | jax
+    library: str  # torch | jax | mlx
     device: str  # cpu | cuda
-    engine: str  # torch-eager | torch-compile | torch-compile-scalar | jax-jit | jax-eager | flex | tanh-approx
+    engine: str  # torch-eager | torch-compile | torch-compile-scalar | jax-jit | jax-eager | mlx-eager | mlx-compile |
+    # flex | tanh-approx
     formats: tuple[str, ...]  # canonical names of the score formats it applies to
     computes: str  # one line: which tanh, how a/c is formed, what the backward reads
     fn: str = "tanh"  # tanh | sigmoid | remedy | patch
     upcast: bool = False  # the scores are cast to fp32 before the cap
+    upstream_sets_zero: bool = False  # the backward is 0 where g·(its derivative) underflows: where depends on g
 
     @property
     def has_knee(self) -> bool:
@@ -56,6 +58,11 @@ ALL3, LOW = ("bfloat16", "float16", "float32"), ("bfloat16", "float16")
 _EAGER_CPU = "eager op by op in the scores format: a/c and c·t rounded to it"
 _COMPILE = "a upcast to fp32, a/c a true division (no reciprocal), one rounding of c·t; the backward recomputes tanh " \
            "from the saved input in fp32, (g·c)(1 − t²)/c"
+
+_MLX_BACKWARD = ("the backward divides g by cosh²(a/c) computed from the input in the scores format "
+                 "(mlx/primitives.cpp lines 5760–5767 at the v0.32.1 tag, Tanh::jvp; the 0.32.4 wheel ships no "
+                 "C++ source, its behaviour measured the same): 0 where that square overflows or the quotient "
+                 "underflows, not where tanh reaches 1, so its first zero here (g = 1) moves down with a smaller g")
 
 STACKS: dict[str, Stack] = {s.name: s for s in (
     Stack("torch-eager-cpu", "torch", "cpu", "torch-eager", ALL3,
@@ -108,6 +115,13 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
           "jax-jit-cuda on the scores cast to fp32, the gradient cast back", upcast=True),
     Stack("jax-eager-cuda", "jax", "cuda", "jax-eager", ALL3,
           "jax on CUDA without jax.jit: each primitive dispatched and rounded on its own"),
+    Stack("mlx-cpu", "mlx", "cpu", "mlx-eager", ALL3,
+          f"c·mx.tanh(a/c) and its mx.vjp on MLX's CPU device, {_EAGER_CPU}; tanh and cosh the C library's "
+          f"(std::tanh, std::cosh: the wheel's mlx/include/mlx/backend/cpu/simd/base_simd.h lines 96 and 104); "
+          f"{_MLX_BACKWARD}", upstream_sets_zero=True),
+    Stack("mlx-compile-cpu", "mlx", "cpu", "mlx-compile", ALL3,
+          f"the same function under mx.compile (MLX fuses the ops into C++ it compiles at run time): "
+          f"{_MLX_BACKWARD}", upstream_sets_zero=True),
 )}
 
 # The recipe names horizon --path took before the stacks, and the real stack each was shown to equal.
@@ -164,17 +178,23 @@ class StackResult:
     last_unsaturated: float | None = None  # past ``value``, the last searched input that is not zero (1.0)
 
 
-def gradient(stack: Stack, values: np.ndarray, dtype: np.dtype, c: float, sigmoid: Sigmoid = Sigmoid()) -> np.ndarray:
-    """d/da of the stack's cap over ``values`` of ``dtype``, live (the stack must run here)."""
+def gradient(stack: Stack, values: np.ndarray, dtype: np.dtype, c: float, sigmoid: Sigmoid = Sigmoid(),
+             upstream: np.ndarray | None = None) -> np.ndarray:
+    """d/da of the stack's cap over ``values`` of ``dtype``, live (the stack must run here); ``upstream``: the
+    gradient arriving at the cap's output per value (None: 1), for the stacks whose zeros depend on it."""
     from softcapgrad.stacks import runners as backends
 
     dev, engine = stack.device, stack.engine
+    if upstream is not None and not stack.upstream_sets_zero:
+        raise ValueError(f"{stack.name}'s zeros do not depend on the upstream gradient: it takes none")
     if engine in ("torch-eager", "torch-compile", "torch-compile-scalar"):
         return backends.torch_gradient(values, dtype, c, stack.fn, compiled=engine != "torch-eager", simd=_simd(stack),
                                        upcast=stack.upcast, sigmoid=sigmoid.resolved(c), device=dev)
     if engine in ("jax-jit", "jax-eager"):
         return backends.jax_gradient(values, dtype, c, jit=engine == "jax-jit", upcast=stack.upcast,
                                      device="gpu" if dev == "cuda" else "cpu")
+    if engine in ("mlx-eager", "mlx-compile"):
+        return backends.mlx_gradient(values, dtype, c, compiled=engine == "mlx-compile", upstream=upstream)
     if engine == "flex":
         return backends.flex_gradient(values, dtype, c)
     return backends.tanh_approx(values, dtype, c, "grad")
@@ -188,6 +208,8 @@ def saturates(stack: Stack, values: np.ndarray, dtype: np.dtype, fn: str = "tanh
     if stack.library == "jax":
         return backends.jax_saturates(values, dtype, fn, jit=stack.engine == "jax-jit",
                                       device="gpu" if stack.device == "cuda" else "cpu")
+    if stack.library == "mlx":
+        return backends.mlx_saturates(values, dtype, compiled=stack.engine == "mlx-compile")
     if stack.engine == "tanh-approx":
         return backends.tanh_approx(values, dtype, 1.0, "tanh") == 1.0
     return backends.torch_saturates(values, dtype, fn, compiled=stack.engine != "torch-eager", simd=simd or _simd(stack),
@@ -267,7 +289,7 @@ def knee(path: str, scores: str = "float32", fn: str = "tanh", simd: int | None 
     else:
         why = runs_here(stack)
     if not why:
-        if fn != "tanh" and stack.library == "jax" or fn != "tanh" and stack.device == "cuda":
+        if fn != "tanh" and (stack.library in ("jax", "mlx") or stack.device == "cuda"):
             return StackResult(stack.name, scores, None, None, None, "not measured", f"{fn} is not searched on {stack.name}")
         dtype = formats.resolve(scores)
         return _from_switch(stack, scores, None, formats.find_switch(dtype, lambda v: saturates(stack, v, dtype, fn, simd)),
