@@ -169,6 +169,38 @@ def test_a_non_finite_step_is_not_finite(bound):
     assert {r["verdict"] for r in tv.judge(broken, bound[2])} == {tv.NOT_FINITE}
 
 
+def test_every_folder_of_a_run_carries_the_capped_folders_tokenizer(bound, tmp_path):
+    """A route that builds its tokenizer from the folder must find the same one in the sweep and rows folders as in
+    the capped one: without it transformers builds its default for the model type, which pads on the other side
+    (axolotl's sweeps read padding positions until the folders carried it)."""
+    from softcapgrad.engines import train_parity
+
+    _capped_folder(bound, tmp_path)
+    folders = [*train_parity.sweep_folders(bound[0], bound[1], tmp_path)]
+    assert train_parity.row_folder(bound[0], bound[1], tmp_path) is not None
+    folders.append(train_parity.ROWS_FOLDER)
+    files = sorted(p.name for p in (tmp_path / "capped").iterdir() if p.name.startswith("tokenizer"))
+    assert files
+    for name in folders:
+        for file in files:
+            assert (tmp_path / name / file).read_bytes() == (tmp_path / "capped" / file).read_bytes(), (name, file)
+
+
+def test_a_route_without_a_first_zero_says_why():
+    from softcapgrad.engines import train_parity
+
+    none = dict(train_parity.NO_ZERO)
+    row = {"verdict": tv.DIFFERENT}
+    failed = {"variants_failed": {"sweep-12": "ValueError: no"}}
+    assert train_parity._no_zero(none, failed, row, False, True) == "sweep-12 did not run (ValueError: no)"
+    seen = {**none, "largest": 120.5}
+    assert "up to 120.5" in train_parity._no_zero(seen, {}, row, False, True)
+    assert "its verdict is different" in train_parity._no_zero(none, {}, row, False, False)
+    assert "another route of its engine" in train_parity._no_zero(none, {}, row, True, False)
+    assert "no gradient of the head weight" in train_parity._no_zero(none, {}, row, False, True)
+    assert f"fewer than {train_parity.ROWS} head rows" in train_parity._no_zero(none, {}, row, False, None)
+
+
 def test_the_first_zero_is_the_smallest_dead_input_with_the_last_alive_below_it():
     from softcapgrad.engines import train_parity
 
@@ -195,11 +227,10 @@ def test_trainer_at_its_defaults_through_the_runner_keeps_both_caps(bound, tmp_p
     """The real adapter in a child (main environment, Trainer, fp32): both caps applied, and its first zero where
     stacks' torch-eager-cpu has fp32's at c = 30."""
     from softcapgrad.engines import environments, runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path)]
     rows, steps, info = train_parity._route("transformers", train_parity.ROUTES[0], environments.state("main"),
                                             reference, tmp_path, folders, 120.0)
@@ -291,11 +322,10 @@ def _capped_folder(bound, tmp_path):
     """The bound model's folder (with its tokenizer) and ids under ``tmp_path``, as a route reads them; its
     reference."""
     from softcapgrad.engines import runner
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     model, ids = bound[0], bound[1]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     return bound[2]
 
 
@@ -325,17 +355,21 @@ def test_peft_lora_and_trl_sft_through_the_runner(bound, tmp_path, engine_enviro
 def test_axolotl_trains_gemma2_on_sdpa_and_its_cpu_default_cannot_start(bound, tmp_path, engine_environment):
     """axolotl live from its environment on Gemma 2, one step from a YAML config through its own loader and trainer
     builder: in fp32 the attention is left to transformers 5.16.1, which picks sdpa, so the attention cap is
-    ignored and the final cap kept; axolotl's own default on a CPU (bf16: auto becomes fp16) stops before the step
-    with float32 hidden states meeting float16 weights."""
+    ignored and the final cap kept, its gradient first 0 where stacks' torch-eager-cpu has it (read on the sweep
+    folder, whose batch axolotl pads as the folder's tokenizer says); axolotl's own default on a CPU (bf16: auto
+    becomes fp16) stops before the step with float32 hidden states meeting float16 weights."""
     from softcapgrad.engines import train_parity
 
     state = engine_environment("train-axolotl")
     reference = _capped_folder(bound, tmp_path)
     routes = {r.id: r for r in train_parity.AXOLOTL_ROUTES}
-    rows, steps, info = train_parity._route("axolotl", routes["fp32"], state, reference, tmp_path, ["capped"], 180.0)
+    folders = ["capped", train_parity.sweep_folders(bound[0], bound[1], tmp_path)[0]]
+    rows, steps, info = train_parity._route("axolotl", routes["fp32"], state, reference, tmp_path, folders, 180.0)
     assert info["reason"] is None and info["precision"] == "fp32", info
     assert "attention sdpa" in info["did"] and "weights float32" in info["did"], info["did"]
     assert {r["cap"]: r["verdict"] for r in rows} == {"attention": tv.IGNORED, "final": tv.APPLIED}, rows
+    zero = train_parity.first_zero(list(steps.values()), reference.caps["final"], reference.ids)
+    assert train_parity.stack_agreement(zero, "fp32", reference.caps["final"])["agrees"] is True, zero
     rows, _, info = train_parity._route("axolotl", routes["default"], state, reference, tmp_path, ["capped"], 180.0)
     assert [r["verdict"] for r in rows] == [tv.NOT_RUN, tv.NOT_RUN] and info["precision"] == "fp16", info
     assert "float != c10::Half" in info["reason"], info["reason"]
@@ -374,13 +408,12 @@ def test_easydel_bf16_cap_gradient_dies_where_xla_s_does(bound, tmp_path, engine
     eager forward's a is not the step's in bf16 (it rounds every op where XLA's fused one does not): bracketed by
     it, the first zero had read 64, earlier than any stack."""
     from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
     from softcapgrad.stacks import registry
 
     state = engine_environment("train-easydel")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path)]
     route = next(r for r in train_parity.EASYDEL_ROUTES if r.id == "bf16")
     rows, steps, info = train_parity._route("easydel", route, state, reference, tmp_path, folders, 300.0)
@@ -451,12 +484,11 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
     post-feed-forward norms exchanged (its _convert_weights maps one onto the other), which these models, whose
     norms hold gains drawn apart, see forward too: each route matches the reference with the same exchange."""
     from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     state = engine_environment("torch_tune")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     routes = {r.id: r for r in train_parity.TUNE_ROUTES}
     named, _, info = train_parity._route("torchtune", routes["default"], state, reference, tmp_path, ["capped"], 180)
     assert info["reason"] is None, info
@@ -479,12 +511,11 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
     caps, applied forward and backward (the final one on its own a, which the route exposes); its converter gives the output head a copy of the tied embedding, which the
     route says (the two gradients are summed as the tied model's)."""
     from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     state = engine_environment("lit_gpt")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     rows, _, info = train_parity._route("litgpt", train_parity.LIT_ROUTES[0], state, reference, tmp_path, ["capped"],
                                         180)
     assert info["reason"] is None and "lm_head is a parameter of its own" in info["did"], info
@@ -503,14 +534,11 @@ def test_the_monitor_counts_inside_torchtune_and_litgpt_steps_as_a_brute_force_d
     tanh calls, elements, outputs stored as ±1 and exact-zero gradients it counts are the brute force's (every
     tanh the library called, recorded by a function mode of its own), and there are some of each."""
     from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     state = engine_environment(engine)
     model, ids = bound[0], bound[1]
-    runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    _capped_folder(bound, tmp_path)
     pushed = train_parity.sweep_folders(model, ids, tmp_path)[-1]
-    write_tokenizer(tmp_path / pushed, model.config.to_dict())
     outcome = runner.run(state.python, f"train_{engine}", "monitor", tmp_path, [pushed], 300)
     assert outcome.reason is None, outcome.stderr
     with np.load(tmp_path / "out" / "monitor" / f"{pushed}.npz", allow_pickle=False) as step:
@@ -527,12 +555,11 @@ def test_keras_hub_fit_keeps_both_caps_on_jax_and_torch(bound, tmp_path, engine_
     and backward in float32; its gradients, read through SGD and mapped back by Keras Hub's own converter, lie
     within the fp32 bound of transformers'."""
     from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     state = engine_environment("train-kerashub")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     for route in (r for r in train_parity.KERAS_ROUTES if r.precision == "fp32"):
         rows, _, info = train_parity._route("kerashub", route, state, reference, tmp_path, ["capped"], 300)
         assert info["reason"] is None and f"{route.id} backend" in info["did"], info
@@ -569,7 +596,6 @@ def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path,
     import torch
 
     from softcapgrad.engines import runner, verdict
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     state = engine_environment("torch_tune")
     model, ids = copy.deepcopy(bound[0]), bound[1]
@@ -580,7 +606,7 @@ def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path,
             for norm in (layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm):
                 norm.weight.copy_(torch.randn(norm.weight.shape, generator=g) * 0.5)
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     outcome = runner.run(state.python, "torch_tune", "config-caps", tmp_path, ["capped"], 180)
     assert outcome.reason is None, outcome.reason
     engine = verdict.log_probs(outcome.logits["capped"])
@@ -695,12 +721,11 @@ def test_mlx_lm_trains_gemma2_without_its_window_and_its_cap_gradient_outlives_t
     gives a non-zero dL/da: its first zero lies beyond |a/c| = 24."""
     from softcapgrad.engines import runner, train_parity
     from softcapgrad.engines.alternatives import WINDOWLESS
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     state = engine_environment("mlxlm")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path)]
     c = reference.caps["final"]
     for route in (r for r in train_parity.MLX_ROUTES if r.precision == "fp32"):
@@ -852,12 +877,11 @@ def test_deepmind_gemma_gives_its_own_reason_for_not_training_a_hugging_face_fol
     """gemma (JAX) trains from its own checkpoints and ships no reader of a Hugging Face folder: its row says so, as
     read from the installed library, and no converter of ours stands in for it."""
     from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.vocabulary import write_tokenizer
 
     state = engine_environment("gemma_jax")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
-    write_tokenizer(ref.save(model, tmp_path / "capped"), model.config.to_dict())
+    tr.save_folder(model, tmp_path / "capped")
     rows, _, info = train_parity._route("gemma-jax", train_parity.GEMMA_JAX_ROUTES[0], state, reference, tmp_path,
                                         ["capped"], 120)
     assert [r["verdict"] for r in rows] == [tv.NOT_RUN, tv.NOT_RUN]

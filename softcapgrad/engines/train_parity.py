@@ -62,7 +62,7 @@ def sweep_folders(model, ids, work: Path) -> list[str]:
         pushed = copy.deepcopy(model)
         ref._scale_final(pushed, target / seen["final"])
         name = f"sweep-{target:g}"
-        ref.save(pushed, work / name)
+        tr.save_folder(pushed, work / name)
         names.append(name)
     return names
 
@@ -113,7 +113,7 @@ def row_folder(model, ids, work: Path) -> HeadRows | None:
     with torch.no_grad():
         weight[rows] = torch.as_tensor(np.outer(inputs, u), dtype=weight.dtype)
     least = (h @ weight[rows].detach().double().numpy().T).min(axis=0)  # [rows]: each row's smallest a
-    ref.save(pushed, work / ROWS_FOLDER)
+    tr.save_folder(pushed, work / ROWS_FOLDER)
     name = next(n for n, p in model.named_parameters() if p is head.weight)
     return HeadRows(name, tuple(rows), tuple(float(a) for a in least))
 
@@ -251,6 +251,21 @@ def upstream_agreement(steps: list, c: float, ids, path: str, precision: str) ->
                                                              "zeros": int(dead.sum())}}
 
 
+def _no_zero(zero: dict, info: dict, row: dict, other: bool, readable: bool | None) -> str:
+    """Why a route that ran shows no first zero of the final cap's gradient (``readable`` None: no rows folder)."""
+    if info.get("variants_failed"):
+        return "; ".join(f"{name} did not run ({why})" for name, why in info["variants_failed"].items())
+    if zero["largest"] is not None:
+        return f"no exactly-0 gradient at any a the route exposed (up to {zero['largest']:.6g})"
+    if readable is None:
+        return f"the route exposes no a, and the batch leaves fewer than {ROWS} head rows free for the rows folder"
+    if readable:
+        return "the route exposes no a, and its step holds no gradient of the head weight to read the head rows from"
+    whose = "another route of its engine computes" if other else f"its verdict is {row['verdict']}, so it computes"
+    return (f"the route exposes no a, and the head rows are read only where the route computes the reference's "
+            f"model: {whose} another model")
+
+
 def _info(engine: str, route, state) -> dict:
     return {"engine": engine, "route": route.id, "how": route.text, "precision": route.precision,
             "environment": ENGINES[engine], "versions": dict(state.versions) if state else {}, "did": "",
@@ -282,6 +297,8 @@ def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], 
     if outcome.no_architecture:
         return tv.could_not_run(reference, outcome.reason, tv.NO_ARCHITECTURE), {}, info
     failed = {**(outcome.info.get("failed") or {}), **unread}
+    if failed:
+        info["variants_failed"] = failed  # a sweep or rows folder that did not run: no first zero from it
     if outcome.reason or "capped" not in steps:
         info["reason"] = outcome.reason or failed.get("capped", "no step written")
         return tv.could_not_run(reference, info["reason"]), {}, info
@@ -337,6 +354,9 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
                     zero = rows_first_zero(steps.get(ROWS_FOLDER), design, reference.caps["final"])
                     if zero["largest"] is not None:
                         row["first_dead_note"] = HIDDEN_NOTE
+                if zero["first_dead"] is None:
+                    readable = None if design is None else _rows_readable(row, engine, other_model)
+                    row["first_dead_note"] = _no_zero(zero, info, row, engine in other_model, readable)
                 path, scores, why = CAP_STACK.get((engine, route.id), (STACK, info["precision"], ""))
                 if why:
                     row["first_dead_note"] = "; ".join(n for n in (row.get("first_dead_note"), why) if n)

@@ -349,11 +349,21 @@ def backprop(reference: TrainReference, precap_grad: np.ndarray, attention_fn=No
     return {n: p.grad.detach().double().numpy().copy() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def save_folder(model, folder: Path) -> Path:
+    """A route's model folder: the weights and config, and the stand-in tokenizer every folder of a run carries. A
+    route that builds its tokenizer from the folder (axolotl, trl, unsloth) otherwise gets transformers' default
+    for the model type, whose padding side may differ from the capped folder's."""
+    from softcapgrad.engines.vocabulary import write_tokenizer
+
+    saved = ref.save(model, folder)
+    write_tokenizer(saved, model.config.to_dict())
+    return saved
+
+
 def prepare(src, seq_len: int, seed: int, work: Path):
     """Parity's bound model (fp32) and its references; the folder ``capped`` and ids.npy under ``work`` for the
     routes."""
     from softcapgrad.engines import runner
-    from softcapgrad.engines.vocabulary import write_tokenizer
     from softcapgrad.models import audit
 
     ref.check(src.config)
@@ -364,6 +374,5 @@ def prepare(src, seq_len: int, seed: int, work: Path):
     ref.logits(model, ids, seen=seen)
     applied = {"attention": bool(seen.get("attention applied")), "final": ref.caps_of(model.config)["final"] is not None}
     runner.write_ids(work, ids)
-    folder = ref.save(model, work / "capped")
-    write_tokenizer(folder, model.config.to_dict())
+    save_folder(model, work / "capped")
     return train_reference(model, ids, scales, applied), model

@@ -23,8 +23,9 @@ TrainingArguments, which refuses bf16 without ``use_cpu`` where no GPU has it (t
 training_args.py lines 1737–1741); axolotl's builder never sets ``use_cpu``.
 
 axolotl's collator pads every batch to a multiple of 64 positions (core/builders/causal.py lines 386–394:
-``pad_to_multiple_of`` 64 when ``pad_to_sequence_len`` is unset), with labels -100 there; the model is causal, so
-the real positions do not see the padding, and the per-position arrays are cut back to the real tokens.
+``pad_to_multiple_of`` 64 when ``pad_to_sequence_len`` is unset), with labels -100 there, on the side the folder's
+tokenizer pads; the model is causal, so the real positions do not see right padding, and the per-position arrays
+are cut back to the positions the batch's attention mask marks.
 
 Telemetry is switched off (``AXOLOTL_DO_NOT_TRACK=1``) before axolotl is imported: its opt-out client otherwise
 posts to a server at exit. What the step computed is written as adapter_train_transformers writes it, the LoRA
@@ -32,6 +33,8 @@ route's as its LoRA routes (each adapted layer's dL/dB with A and the scale)."""
 
 import json
 import os
+
+import numpy as np
 
 import adapter_train_transformers as base
 
@@ -109,9 +112,12 @@ def run_variant(run, variant: str) -> dict:
     run.precision = "bf16" if cfg.bf16 is True or dtype == "bfloat16" else "fp16" if cfg.fp16 or \
         dtype == "float16" else "fp32"
     out = base.arrays(kept, model if lora else None)
+    real = np.flatnonzero(kept["attention_mask"]) if "attention_mask" in kept else np.arange(len(ids))
+    if real.size != len(ids):
+        raise RuntimeError(f"the step's batch holds {real.size} unpadded positions, not the {len(ids)} token ids")
     for name in PER_POSITION:
         if name in out:
-            out[name] = out[name][:len(ids)]
+            out[name] = out[name][real]
     return out
 
 

@@ -105,6 +105,9 @@ def watch(model, head):
             return
         logits = out["logits"] if isinstance(out, dict) else out.logits
         kept["logits"] = logits.detach()[0].double().cpu().numpy().copy()
+        mask = kwargs.get("attention_mask")
+        if mask is not None:  # which positions hold tokens, where a collator padded the batch
+            kept["attention_mask"] = mask.detach()[0].cpu().numpy() != 0
         kept["logits_dtype"] = str(logits.dtype).replace("torch.", "")
         loss = out["loss"] if isinstance(out, dict) else out.loss
         if loss is not None:
