@@ -196,6 +196,9 @@ def test_a_route_without_a_first_zero_says_why():
     seen = {**none, "largest": 120.5}
     assert "up to 120.5" in train_parity._no_zero(seen, {}, row, False, True)
     assert "its verdict is different" in train_parity._no_zero(none, {}, row, False, False)
+    undecided = {"verdict": tv.NOT_BOUND, "forward_cell": "attention off"}
+    assert "nearest attention off, not the capped" in train_parity._no_zero(none, {}, undecided, False, False)
+    assert "cannot tell" in train_parity._no_zero(none, {}, {"verdict": tv.NOT_BOUND}, False, False)
     assert "another route of its engine" in train_parity._no_zero(none, {}, row, True, False)
     assert "no gradient of the head weight" in train_parity._no_zero(none, {}, row, False, True)
     assert f"fewer than {train_parity.ROWS} head rows" in train_parity._no_zero(none, {}, row, False, None)

@@ -261,9 +261,12 @@ def _no_zero(zero: dict, info: dict, row: dict, other: bool, readable: bool | No
         return f"the route exposes no a, and the batch leaves fewer than {ROWS} head rows free for the rows folder"
     if readable:
         return "the route exposes no a, and its step holds no gradient of the head weight to read the head rows from"
-    whose = "another route of its engine computes" if other else f"its verdict is {row['verdict']}, so it computes"
-    return (f"the route exposes no a, and the head rows are read only where the route computes the reference's "
-            f"model: {whose} another model")
+    cell = row.get("forward_cell")
+    whose = ("another route of its engine computes another model" if other else
+             f"its verdict is {row['verdict']}" if row["verdict"] != tv.NOT_BOUND else
+             f"its forward lies nearest {cell}, not the capped model" if cell else
+             "its precision cannot tell which model it computes (not bound)")
+    return f"the route exposes no a, and the head rows are read only where it computes the reference's model: {whose}"
 
 
 def _info(engine: str, route, state) -> dict:
