@@ -186,6 +186,43 @@ def test_every_folder_of_a_run_carries_the_capped_folders_tokenizer(bound, tmp_p
             assert (tmp_path / name / file).read_bytes() == (tmp_path / "capped" / file).read_bytes(), (name, file)
 
 
+def test_the_attention_cap_bracket_leaves_out_masked_scores_and_non_positive_inputs():
+    """A masked score gets no dL/dz, so its dL/da is 0 whatever the cap does: it must not count as a zero."""
+    from softcapgrad.engines import train_parity
+
+    calls = np.array([[10.0, 1e-3, 1.0], [400.0, 1e-9, 1.0], [460.0, 0.0, 1.0], [300.0, 0.0, 0.0],
+                      [-470.0, 0.0, 1.0], [500.0, 0.0, 1.0]])
+    step = tr.Step(0.0, np.zeros((2, 2)), {}, attention=calls)
+    zero = train_parity.first_zero_attention([step, tr.Step(0.0, np.zeros((2, 2)), {})], 50.0)
+    assert zero["first_dead"] == 460.0 and zero["last_alive"] == 400.0 and zero["zeros"] == 2, zero
+    assert zero["largest"] == 500.0 and zero["first_dead_over_c"] == 460.0 / 50.0
+    assert train_parity.first_zero_attention([tr.Step(0.0, np.zeros((2, 2)), {})], 50.0) == train_parity.NO_ZERO
+
+
+def test_an_attention_row_says_whether_the_route_ran_no_cap_or_exposes_nothing(monkeypatch):
+    from softcapgrad.engines import train_parity, train_zeros
+
+    monkeypatch.setattr(train_zeros, "stacks_within", lambda zero, c: [])  # every CPU stack compiled: not asked here
+
+    watched = tr.Step(0.0, np.zeros((2, 2)), {}, attention=np.zeros((0, 3)))
+    row = {"cap": "attention"}
+    train_parity._attention_zero(row, [watched], 50.0, "fp32")
+    assert "ran no attention-cap call" in row["first_dead_note"] and "first_dead" not in row, row
+    row = {"cap": "attention"}
+    train_parity._attention_zero(row, [tr.Step(0.0, np.zeros((2, 2)), {})], 50.0, "fp32")
+    assert "does not expose the attention scores" in row["first_dead_note"], row
+    live = tr.Step(0.0, np.zeros((2, 2)), {}, attention=np.array([[440.0, 1e-9, 1.0], [470.0, 0.0, 1.0]]))
+    row = {"cap": "attention"}
+    train_parity._attention_zero(row, [live], 50.0, "fp32")
+    assert row["first_dead"] == 470.0 and row["agrees"] is True and row["stack"] == "torch-eager-cpu (float32)"
+
+
+def test_a_step_file_with_a_malformed_attention_array_is_unreadable(tmp_path):
+    path = tmp_path / "step.npz"
+    np.savez(path, loss=np.float64(1.0), logits=np.zeros((2, 3)), attention_cap=np.zeros((4, 2)))
+    assert "attention_cap holds (4, 2)" in tr.readable(path)
+
+
 def test_a_route_without_a_first_zero_says_why():
     from softcapgrad.engines import train_parity
 
@@ -227,20 +264,26 @@ def test_bad_options_are_one_line_and_exit_2(cli, args):
 
 
 def test_trainer_at_its_defaults_through_the_runner_keeps_both_caps(bound, tmp_path):
-    """The real adapter in a child (main environment, Trainer, fp32): both caps applied, and its first zero where
-    stacks' torch-eager-cpu has fp32's at c = 30."""
+    """The real adapter in a child (main environment, Trainer, fp32): both caps applied, and each cap's first zero
+    where stacks' torch-eager-cpu has fp32's, the final cap's at c = 30 and the attention cap's at c = 50 (read
+    from every attention-cap call of the step on the folder whose queries push it to |a/c| = 24)."""
     from softcapgrad.engines import environments, runner, train_parity
 
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
-    folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path)]
+    folders = ["capped", *train_parity.sweep_folders(model, ids, tmp_path),
+               *train_parity.attention_folder(model, ids, tmp_path)]
+    assert folders[-1] == train_parity.ATTENTION_FOLDER
     rows, steps, info = train_parity._route("transformers", train_parity.ROUTES[0], environments.state("main"),
                                             reference, tmp_path, folders, 120.0)
     assert info["reason"] is None and info["precision"] == "fp32", info
     assert [r["verdict"] for r in rows] == [tv.APPLIED, tv.APPLIED], rows
     zero = train_parity.first_zero(list(steps.values()), reference.caps["final"], ids)
     assert train_parity.stack_agreement(zero, "fp32", reference.caps["final"])["agrees"] is True, zero
+    scores = train_parity.first_zero_attention(list(steps.values()), reference.caps["attention"])
+    assert scores["zeros"] > 0 and scores["largest"] > 20 * reference.caps["attention"], scores
+    assert train_parity.stack_agreement(scores, "fp32", reference.caps["attention"])["agrees"] is True, scores
 
 
 def test_the_run_lists_the_adapters_routes_and_the_adapter_imports_no_softcapgrad():

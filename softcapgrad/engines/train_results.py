@@ -87,12 +87,12 @@ def _bracket(found: list[dict]) -> str:
     return f"above {max(alive, default=0):.6g}, by {min(r['first_dead'] for r in found):.6g}"
 
 
-def _zeros(rows: list[dict]) -> str:
+def _zeros(rows: list[dict], cap: str = "final") -> str:
     """Per format, cap value and compared stack: how many routes' brackets hold the stack's first zero (with the
     narrowest bracket they share), and each route whose bracket does not, with the stacks whose first zero lies in it."""
     groups: dict = {}
     for r in rows:
-        if r["cap"] == "final" and r.get("first_dead") is not None:
+        if r["cap"] == cap and r.get("first_dead") is not None:
             own = "" if r.get("stack_first_zero") is not None else f"{r['engine']} "
             pointwise = r.get("pointwise") is not None
             key = (own, r["precision"], r["c"], r.get("stack_first_zero"), r.get("stack"), pointwise)
@@ -155,11 +155,12 @@ def answer(data: dict) -> tuple[str, ...]:
     first += (" Loss and every gradient scaled as a whole (a loss normalised by another count, not a cap's doing): "
               + "; ".join(f"{', '.join(who)} by {s}" for s, who in scaled.items()) + "." if scaled else "")
     undecided = sorted({f"{r['engine']} ({r['route']}) {r['cap']}" for r in rows if r["verdict"] == tv.NOT_BOUND})
-    zeros = _zeros(rows)
+    zeros, attention = _zeros(rows), _zeros(rows, "attention")
     second = ((f"Undecided in their precision (no reference within the tolerance or {tv.verdict.RATIO:g} times "
                f"nearer): {', '.join(undecided)}. " if undecided else "")
               + (f"The final cap's gradient is first exactly 0 in {zeros}." if zeros else
-                 "No route's final-cap gradient reached exactly 0 in the sweeps."))
+                 "No route's final-cap gradient reached exactly 0 in the sweeps.")
+              + (f" The attention cap's gradient is first exactly 0 in {attention}." if attention else ""))
     reasons: dict = {}
     ran = {(r["engine"], r["route"], r["model"]) for r in rows
            if r["verdict"] not in (tv.NOT_RUN, tv.NOT_SET, tv.NO_ARCHITECTURE)}
@@ -180,6 +181,8 @@ def _exact(value) -> str:
 
 def _read_from(row: dict) -> str:
     """Where a route's first zero was read: the cap's input a itself, or the head rows' gradients (a hidden)."""
+    if row["cap"] == "attention":
+        return "the scores (each attention-cap call)"
     return "head rows (a hidden)" if "head rows" in (row.get("first_dead_note") or "") else "a"
 
 
@@ -210,10 +213,10 @@ def markdown(data: dict, said: tuple[str, ...]) -> str:
         lines += ["", "| engine | route | cap | note |", "| --- | --- | --- | --- |"]
         lines += [f"| {r['engine']} | {r['route']} | {r['cap']} | {(r.get('hint') or '').replace('|', '/')} |"
                   for r in data["rows"] if r["model"] == m["model"] and r.get("hint")]
-        zeros = [r for r in data["rows"] if r["model"] == m["model"] and r["cap"] == "final" and r.get("first_dead")]
-        lines += ["", "| engine | route | first zero read from | stacks whose first zero lies in (last alive, first "
-                  "zero] |", "| --- | --- | --- | --- |"]
-        lines += [f"| {r['engine']} | {r['route']} | {_read_from(r)} | "
+        zeros = [r for r in data["rows"] if r["model"] == m["model"] and r.get("first_dead")]
+        lines += ["", "| engine | route | cap | first zero read from | stacks whose first zero lies in (last alive, "
+                  "first zero] |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['engine']} | {r['route']} | {r['cap']} | {_read_from(r)} | "
                   f"{', '.join(r.get('stacks_within') or []) or 'none'} |" for r in zeros]
         lines += ["", "| engine | route | what ran |", "| --- | --- | --- |"]
         lines += [f"| {e['engine']} | {e['route']} | {e['did'] or e['how']} |" for e in data["routes"]
