@@ -190,8 +190,8 @@ def test_the_attention_cap_bracket_leaves_out_masked_scores_and_non_positive_inp
     """A masked score gets no dL/dz, so its dL/da is 0 whatever the cap does: it must not count as a zero."""
     from softcapgrad.engines import train_parity
 
-    calls = np.array([[10.0, 1e-3, 1.0], [400.0, 1e-9, 1.0], [460.0, 0.0, 1.0], [300.0, 0.0, 0.0],
-                      [-470.0, 0.0, 1.0], [500.0, 0.0, 1.0]])
+    calls = np.array([[10.0, 1e-3, 1.0, 50.0], [400.0, 1e-9, 1.0, 50.0], [460.0, 0.0, 1.0, 50.0],
+                      [300.0, 0.0, 0.0, 50.0], [-470.0, 0.0, 1.0, 50.0], [500.0, 0.0, 1.0, 50.0]])
     step = tr.Step(0.0, np.zeros((2, 2)), {}, attention=calls)
     zero = train_parity.first_zero_attention([step, tr.Step(0.0, np.zeros((2, 2)), {})], 50.0)
     assert zero["first_dead"] == 460.0 and zero["last_alive"] == 400.0 and zero["zeros"] == 2, zero
@@ -204,23 +204,31 @@ def test_an_attention_row_says_whether_the_route_ran_no_cap_or_exposes_nothing(m
 
     monkeypatch.setattr(train_zeros, "stacks_within", lambda zero, c: [])  # every CPU stack compiled: not asked here
 
-    watched = tr.Step(0.0, np.zeros((2, 2)), {}, attention=np.zeros((0, 3)))
+    watched = tr.Step(0.0, np.zeros((2, 2)), {}, attention=np.zeros((0, 4)))
     row = {"cap": "attention"}
     train_parity._attention_zero(row, [watched], 50.0, "fp32")
     assert "ran no attention-cap call" in row["first_dead_note"] and "first_dead" not in row, row
     row = {"cap": "attention"}
     train_parity._attention_zero(row, [tr.Step(0.0, np.zeros((2, 2)), {})], 50.0, "fp32")
     assert "does not expose the attention scores" in row["first_dead_note"], row
-    live = tr.Step(0.0, np.zeros((2, 2)), {}, attention=np.array([[440.0, 1e-9, 1.0], [470.0, 0.0, 1.0]]))
+    calls = np.array([[440.0, 1e-9, 1.0, 50.0], [470.0, 0.0, 1.0, 50.0]])
+    live = tr.Step(0.0, np.zeros((2, 2)), {}, attention=calls)
     row = {"cap": "attention"}
     train_parity._attention_zero(row, [live], 50.0, "fp32")
     assert row["first_dead"] == 470.0 and row["agrees"] is True and row["stack"] == "torch-eager-cpu (float32)"
+    # a route that caps the scores with another value (torchtune's builder swaps the caps): judged at its own c
+    calls = np.array([[260.0, 1e-9, 1.0, 30.0], [280.0, 0.0, 1.0, 30.0]])
+    swapped = tr.Step(0.0, np.zeros((2, 2)), {}, attention=calls)
+    row = {"cap": "attention"}
+    train_parity._attention_zero(row, [swapped], 50.0, "fp32")
+    assert row["c_used"] == 30.0 and "divide by c = 30, not the model's 50" in row["first_dead_note"], row
+    assert row["agrees"] is True and row["stack_first_zero"] < 271.0, row
 
 
 def test_a_step_file_with_a_malformed_attention_array_is_unreadable(tmp_path):
     path = tmp_path / "step.npz"
-    np.savez(path, loss=np.float64(1.0), logits=np.zeros((2, 3)), attention_cap=np.zeros((4, 2)))
-    assert "attention_cap holds (4, 2)" in tr.readable(path)
+    np.savez(path, loss=np.float64(1.0), logits=np.zeros((2, 3)), attention_cap=np.zeros((4, 3)))
+    assert "attention_cap holds (4, 3)" in tr.readable(path)
 
 
 def test_a_route_without_a_first_zero_says_why():

@@ -56,7 +56,7 @@ class Step:
     lora_scale: float | None = None
     token_log_probs: np.ndarray | None = None  # a fused head: each position's log-prob of the next token, no logits
     frozen: frozenset = frozenset()  # parameters the route trains none of (mlx-lm's full fine-tune: embedding, norm)
-    attention: np.ndarray | None = None  # [scores, 3]: each attention-cap score's a, dL/da and dL/dz, where exposed
+    attention: np.ndarray | None = None  # [scores, 4]: each attention-cap score's a, dL/da, dL/dz, c, where exposed
 
 
 def next_token_log_probs(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -113,8 +113,8 @@ def read_step(path: Path) -> Step:
                  or any(grads[n].ndim != 2 or a.ndim != 2 or grads[n].shape[1] != a.shape[0] for n, a in lora.items())):
         raise ValueError("a LoRA step's file needs, for each adapted weight, dL/dB [out, r], A [r, in] and the scale")
     attention = values.get("attention_cap")
-    if attention is not None and (attention.ndim != 2 or attention.shape[1] != 3):
-        raise ValueError(f"attention_cap holds {attention.shape}, not one row of (a, dL/da, dL/dz) per score")
+    if attention is not None and (attention.ndim != 2 or attention.shape[1] != 4):
+        raise ValueError(f"attention_cap holds {attention.shape}, not one row of (a, dL/da, dL/dz, c) per score")
     return Step(float(values["loss"]), values.get("logits"), grads, values.get("precap"), values.get("precap_grad"),
                 values.get("logits_grad"), lora or None, float(values["lora_scale"]) if lora else None,
                 values.get("token_log_probs"), frozen, attention)

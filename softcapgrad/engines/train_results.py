@@ -10,7 +10,7 @@ ROW_KEYS = ("engine", "route", "model", "cap", "c", "verdict", "form", "precisio
             "loss_cell", "forward_error", "forward_tolerance", "grad_error", "grad_tolerance", "grad_where", "grad_scale",
             "local_error", "local_grad_error", "local_grad_tolerance", "first_dead", "last_alive", "zeros",
             "first_dead_over_c", "stack", "stack_first_zero", "agrees", "pointwise", "stacks_within", "first_dead_note",
-            "hint")
+            "c_used", "hint")
 TIMES = ("cpu_s", "wall_s")
 
 
@@ -95,7 +95,7 @@ def _zeros(rows: list[dict], cap: str = "final") -> str:
         if r["cap"] == cap and r.get("first_dead") is not None:
             own = "" if r.get("stack_first_zero") is not None else f"{r['engine']} "
             pointwise = r.get("pointwise") is not None
-            key = (own, r["precision"], r["c"], r.get("stack_first_zero"), r.get("stack"), pointwise)
+            key = (own, r["precision"], r.get("c_used") or r["c"], r.get("stack_first_zero"), r.get("stack"), pointwise)
             groups.setdefault(key, []).append(r)
     said = []
     for (own, precision, c, stack, name, pointwise), found in sorted(groups.items(),

@@ -44,7 +44,8 @@ def sweep_folders(model, ids, work: Path) -> list[str]:
 
 ATTENTION_SWEEP = 24.0  # the attention cap's largest |a/c| in its sweep folder: past fp32's and bf16's horizons
 ATTENTION_FOLDER = f"attention-{ATTENTION_SWEEP:g}"
-ATTENTION_ADAPTERS = (ADAPTER, "train_axolotl")  # the adapters that read the attention cap's calls (their watch)
+# the adapters that read the attention cap's calls (adapter_train_transformers.attention_watch)
+ATTENTION_ADAPTERS = (ADAPTER, "train_axolotl", "train_unsloth", "train_torch_tune", "train_lit_gpt")
 
 
 def attention_folder(model, ids, work: Path) -> list[str]:
@@ -66,11 +67,17 @@ def first_zero_attention(steps: list, c: float) -> dict:
     rows = [s.attention for s in steps if s.attention is not None and s.attention.size]
     if not rows:
         return dict(NO_ZERO)
-    a, da, dz = np.concatenate(rows).T
+    a, da, dz, _ = np.concatenate(rows).T
     keep = (a > 0) & (dz != 0)
     if not keep.any():
         return dict(NO_ZERO)
     return _bracket(a[keep], da[keep] == 0, float(a[keep].max()), c)
+
+
+def attention_caps_used(steps: list) -> list[float]:
+    """The values of c the route's attention-cap calls divided by (its own code's choice, whatever the config says)."""
+    used = [s.attention[:, 3] for s in steps if s.attention is not None and s.attention.size]
+    return sorted({float(v) for v in np.concatenate(used)}) if used else []
 
 
 HIDDEN_NOTE = ("the route exposes no a: read from the gradients of head rows set so that every position's a is a "
@@ -260,6 +267,10 @@ def upstream_agreement(steps: list, c: float, ids, path: str, precision: str) ->
 def _attention_zero(row: dict, steps: list, c: float, precision: str) -> None:
     """The attention row's first zero, where the route's adapter reads the attention cap's calls, beside stacks'
     torch-eager-cpu in the route's format (transformers' eager attention caps op by op, as that stack does)."""
+    used = attention_caps_used(steps)
+    if len(used) == 1 and used[0] != c:  # the route caps the scores with another value: judged at its own
+        row["first_dead_note"] = f"the route's attention-cap calls divide by c = {used[0]:g}, not the model's {c:g}"
+        c = row["c_used"] = used[0]
     zero = first_zero_attention(steps, c)
     if zero["largest"] is None:
         read = any(s.attention is not None for s in steps)

@@ -15,7 +15,7 @@ import sys
 
 import adapter_protocol as protocol
 from adapter_lit_gpt import build
-from adapter_train_transformers import converted, main
+from adapter_train_transformers import attention_array, attention_watch, converted, main
 
 ROUTES = {"default": "litgpt finetune_full's step (chunked_cross_entropy, fp32) on GPT from convert_hf_checkpoint with "
                      "the family's named config, its sizes from config.json",
@@ -50,14 +50,19 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
         loss.backward()
         return loss, logits, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    watched = {}
+    watched, calls = {}, {}
     if run.route == "monitor":
         from adapter_monitor_check import monitored_steps
 
         (loss, logits, grads), watched = monitored_steps(model, step)
         kept = {}  # the second step's: this route's file is the monitor's, not a step to judge
     else:
-        loss, logits, grads = step()
+        mode = attention_watch(calls) if config.attention_logit_softcapping else None
+        try:
+            loss, logits, grads = step()
+        finally:
+            if mode is not None:
+                mode.__exit__(None, None, None)
     hf: dict = {}
     copy = copy_weights_gemma_3 if named.lower().startswith("gemma-3") else copy_weights_gemma_2
     copy(config, hf, grads)
@@ -70,7 +75,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                + ("; lm_head is a parameter of its own, a copy of the embedding (training unties them): their "
                   "gradients summed here as the tied model's" if untied else ""))
     run.precision = "fp32"
-    return {**converted(loss, logits, hf, **kept), **watched}
+    return {**converted(loss, logits, hf, **kept), **attention_array(calls), **watched}
 
 
 if __name__ == "__main__":

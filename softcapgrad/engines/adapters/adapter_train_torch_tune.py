@@ -15,7 +15,7 @@ import sys
 
 import adapter_protocol as protocol
 from adapter_torch_tune import build
-from adapter_train_transformers import converted, main
+from adapter_train_transformers import attention_array, attention_watch, converted, main
 
 ROUTES = {
     "default": "full fine-tune step (CEWithChunkedOutputLoss, fp32) on the gemma2 builder with the caps as torchtune's "
@@ -45,13 +45,17 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
         loss.backward()
         return loss, chunks, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    watched = {}
+    watched, calls = {}, {}
     if run.route == "monitor":
         from adapter_monitor_check import monitored_steps
 
         (loss, chunks, grads), watched = monitored_steps(model, step)
     else:
-        loss, chunks, grads = step()
+        mode = attention_watch(calls)  # the attention cap's calls, whatever value the builder gave it
+        try:
+            loss, chunks, grads = step()
+        finally:
+            mode.__exit__(None, None, None)
     hf = gemma2_tune_to_hf(grads, num_heads=config["num_attention_heads"], num_kv_heads=config["num_key_value_heads"],
                            dim=config["hidden_size"], head_dim=config["head_dim"])
     logits = torch.cat(chunks, dim=1) if isinstance(chunks, list) else chunks
@@ -59,7 +63,7 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
                f"final_capping_value={values['final_capping_value']} (from {source}); one full fine-tune step, "
                "CEWithChunkedOutputLoss, fp32")
     run.precision = "fp32"
-    return {**converted(loss, logits, hf), **watched}
+    return {**converted(loss, logits, hf), **attention_array(calls), **watched}
 
 
 if __name__ == "__main__":

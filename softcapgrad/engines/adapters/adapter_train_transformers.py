@@ -22,9 +22,10 @@ Per variant folder the adapter writes the returned logits as every adapter does 
 ``WORK/out/ROUTE/VARIANT.npz`` (read with allow_pickle=False):
 ``loss``, the returned ``logits`` [tokens, vocab], ``logits_grad`` (the loss's gradient at them;
 absent where the loss does not read them), ``precap`` and ``precap_grad`` (the output projection's
-output, the final cap's input, and the gradient there), ``attention_cap`` [scores, 3] (where the model has an
-attention cap and its code calls it: each score's a, dL/da and dL/dz, from every layer), and ``grad/<parameter>``
-for each parameter: its gradient as the backward accumulated it, before the Trainer clips it.
+output, the final cap's input, and the gradient there), ``attention_cap`` [scores, 4] (where the model has an
+attention cap and its code calls it: each score's a, dL/da, dL/dz and the c its call used, every layer's),
+and ``grad/<parameter>`` for each parameter: its gradient as the backward accumulated it, before the Trainer
+clips it.
 """
 
 import json
@@ -71,33 +72,34 @@ class _Rows:
         return {"input_ids": x, "labels": x.clone()}
 
 
-def _attention_cap(c: float, kept: dict):
+def _attention_cap(kept: dict):
     """A torch function mode that keeps each attention-cap call's input a, dL/da and dL/dz, as the model's own code
-    makes the call: a 4-D score tensor divided by c, the quotient into torch.tanh, the tanh times c (transformers'
-    eager attention for Gemma). Nothing is changed: each op runs as called, and only that sequence is read."""
+    makes the call: a 4-D score tensor divided by a number c, the quotient into torch.tanh, the tanh times the same
+    c (transformers' eager attention for Gemma, LitGPT's do_softcapping, torchtune's Gemma 2 attention). Nothing is
+    changed: each op runs as called, and only that sequence is read, whatever c the code uses."""
     from torch.overrides import TorchFunctionMode
 
-    def is_cap(value) -> bool:
-        return isinstance(value, (int, float)) and float(value) == c
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     def array(t):
         return t.detach().double().cpu().numpy().ravel().copy()
 
     class AttentionCap(TorchFunctionMode):
-        divided = capped = None  # (quotient, a), then (tanh output, a): the call in progress
+        divided = capped = None  # (quotient, a, c), then (tanh output, a, c): the call in progress
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             name = getattr(func, "__name__", "")
-            scores = len(args) == 2 and is_cap(args[1]) and getattr(args[0], "ndim", 0) == 4
-            if name in ("__truediv__", "div") and scores:
-                self.divided = (out, args[0])
+            if name in ("__truediv__", "div") and len(args) == 2 and number(args[1]) \
+                    and getattr(args[0], "ndim", 0) == 4:
+                self.divided = (out, args[0], float(args[1]))
             elif name == "tanh" and self.divided is not None and args and args[0] is self.divided[0]:
-                self.capped, self.divided = (out, self.divided[1]), None
-            elif name in ("__mul__", "mul") and self.capped is not None and len(args) == 2 \
-                    and args[0] is self.capped[0] and is_cap(args[1]):
-                a, self.capped = self.capped[1], None
-                entry = {"a": array(a)}
+                self.capped, self.divided = (out, *self.divided[1:]), None
+            elif name in ("__mul__", "__rmul__", "mul") and self.capped is not None and len(args) == 2 \
+                    and args[0] is self.capped[0] and number(args[1]) and float(args[1]) == self.capped[2]:
+                a, c, self.capped = self.capped[1], self.capped[2], None
+                entry = {"a": array(a), "c": c}
                 kept.setdefault("attention", []).append(entry)
                 if a.requires_grad and out.requires_grad:
                     a.register_hook(lambda g: entry.__setitem__("da", array(g)))
@@ -105,6 +107,25 @@ def _attention_cap(c: float, kept: dict):
             return out
 
     return AttentionCap()
+
+
+def attention_watch(kept: dict):
+    """The attention cap's calls from here on, kept in ``kept["attention"]``: the entered mode, to exit once the step
+    is done. A step whose attention calls no cap then writes an empty array."""
+    kept["attention"] = []
+    mode = _attention_cap(kept)
+    mode.__enter__()
+    return mode
+
+
+def attention_array(kept: dict) -> dict:
+    """``attention_cap`` [scores, 4] (each score's a, dL/da, dL/dz and the c its call divided by, over every call)
+    where the calls were watched."""
+    if "attention" not in kept:
+        return {}
+    calls = [np.stack([e["a"], e["da"], e["dz"], np.full(e["a"].shape, e["c"])], axis=1) for e in kept["attention"]
+             if "da" in e and "dz" in e]
+    return {"attention_cap": np.concatenate(calls) if calls else np.zeros((0, 4))}
 
 
 def watch(model, head):
@@ -155,11 +176,8 @@ def watch(model, head):
 
     handles.append(head.register_forward_hook(on_head, prepend=True))  # the head's own output, before other hooks
     handles.append(model.register_forward_hook(on_model, with_kwargs=True))
-    c = getattr(getattr(model, "config", None), "attn_logit_softcapping", None)
-    mode = _attention_cap(float(c), kept) if c else None
-    if mode is not None:
-        kept["attention"] = []  # watched: a step whose attention calls no cap writes an empty array
-        mode.__enter__()
+    capped = getattr(getattr(model, "config", None), "attn_logit_softcapping", None)
+    mode = attention_watch(kept) if capped else None
 
     def remove():
         if mode is not None:
@@ -231,9 +249,7 @@ def arrays(kept: dict, model=None) -> dict:
     for name in ("logits", "token_log_probs", "logits_grad", "precap", "precap_grad"):
         if name in kept:
             out[name] = kept[name]
-    if "attention" in kept:  # every attention-cap call of the step: a, dL/da, dL/dz per score, one row each
-        calls = [np.stack([e["a"], e["da"], e["dz"]], axis=1) for e in kept["attention"] if "da" in e and "dz" in e]
-        out["attention_cap"] = np.concatenate(calls) if calls else np.zeros((0, 3))
+    out.update(attention_array(kept))
     if model is not None:  # a LoRA step: its B gradients, A and scale
         out.update(lora_arrays(model, kept))
     else:
