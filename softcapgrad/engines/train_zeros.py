@@ -162,20 +162,28 @@ def _rows_readable(row: dict, engine: str, other_model: set) -> bool:
         and engine not in other_model
 
 
+def _exposed(steps: list, ids) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Every position of the steps where the route exposed the final cap's input a and dL/da, and dL/dz is not 0:
+    (a, dL/dz, dL/da), flat; None where no step exposes them."""
+    a, g, da = [], [], []
+    for s in steps:
+        up, _ = tr.upstream(s, ids)
+        if s.precap is None or s.precap_grad is None or up is None or s.precap.shape != up.shape:
+            continue
+        live = up != 0
+        a.append(s.precap[live])
+        g.append(up[live])
+        da.append(s.precap_grad[live])
+    return (np.concatenate(a), np.concatenate(g), np.concatenate(da)) if a else None
+
+
 def first_zero(steps: list, c: float, ids) -> dict:
     """Over the steps' final cap inputs: the first positive a whose gradient is exactly 0 while the upstream one
     is not, the last positive a below it whose gradient is not 0, and how many zeros were seen."""
-    a, da = [], []
-    for s in steps:
-        g, _ = tr.upstream(s, ids)
-        if s.precap is None or s.precap_grad is None or g is None or s.precap.shape != g.shape:
-            continue
-        live = g != 0
-        a.append(s.precap[live])
-        da.append(s.precap_grad[live])
-    if not a:
+    exposed = _exposed(steps, ids)
+    if exposed is None:
         return dict(NO_ZERO)
-    a, da = np.concatenate(a), np.concatenate(da)
+    a, _, da = exposed
     positive = a > 0
     return _bracket(a[positive], da[positive] == 0, float(a.max()), c)
 
@@ -245,19 +253,11 @@ def upstream_agreement(steps: list, c: float, ids, path: str, precision: str) ->
     stack = registry.STACKS[path]
     out = {"stack": f"{path} ({scores})", "stack_first_zero": registry.first_zero(path, scores, float(c)).value,
            "agrees": None}
-    a, g, da = [], [], []
-    for s in steps:
-        up, _ = tr.upstream(s, ids)
-        if s.precap is None or s.precap_grad is None or up is None or s.precap.shape != up.shape:
-            continue
-        keep = (s.precap > 0) & (up != 0)
-        a.append(s.precap[keep])
-        g.append(up[keep])
-        da.append(s.precap_grad[keep])
-    why = registry.runs_here(stack) or ("" if a else "the route exposed no positive a with a non-zero dL/dz")
+    exposed = _exposed(steps, ids)
+    a, g, da = (x[exposed[0] > 0] for x in exposed) if exposed is not None else (np.zeros(0),) * 3
+    why = registry.runs_here(stack) or ("" if a.size else "the route exposed no positive a with a non-zero dL/dz")
     if why:
         return {**out, "pointwise": {"positions": 0, "same": 0, "zeros": 0, "why": why}}
-    a, g, da = np.concatenate(a), np.concatenate(g), np.concatenate(da)
     dead = registry.gradient(stack, a, formats.resolve(scores), float(c), upstream=g) == 0
     same = dead == (da == 0)
     return {**out, "agrees": bool(same.all()), "pointwise": {"positions": int(a.size), "same": int(same.sum()),

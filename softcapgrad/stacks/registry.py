@@ -194,7 +194,9 @@ def gradient(stack: Stack, values: np.ndarray, dtype: np.dtype, c: float, sigmoi
         return backends.jax_gradient(values, dtype, c, jit=engine == "jax-jit", upcast=stack.upcast,
                                      device="gpu" if dev == "cuda" else "cpu")
     if engine in ("mlx-eager", "mlx-compile"):
-        return backends.mlx_gradient(values, dtype, c, compiled=engine == "mlx-compile", upstream=upstream)
+        from softcapgrad.stacks import mlx_cap
+
+        return mlx_cap.mlx_gradient(values, dtype, c, compiled=engine == "mlx-compile", upstream=upstream)
     if engine == "flex":
         return backends.flex_gradient(values, dtype, c)
     return backends.tanh_approx(values, dtype, c, "grad")
@@ -209,7 +211,9 @@ def saturates(stack: Stack, values: np.ndarray, dtype: np.dtype, fn: str = "tanh
         return backends.jax_saturates(values, dtype, fn, jit=stack.engine == "jax-jit",
                                       device="gpu" if stack.device == "cuda" else "cpu")
     if stack.library == "mlx":
-        return backends.mlx_saturates(values, dtype, compiled=stack.engine == "mlx-compile")
+        from softcapgrad.stacks import mlx_cap
+
+        return mlx_cap.mlx_saturates(values, dtype, compiled=stack.engine == "mlx-compile")
     if stack.engine == "tanh-approx":
         return backends.tanh_approx(values, dtype, 1.0, "tanh") == 1.0
     return backends.torch_saturates(values, dtype, fn, compiled=stack.engine != "torch-eager", simd=simd or _simd(stack),

@@ -1,6 +1,6 @@
 """The soft-cap as the real backends run it: torch eager and torch.compile (CPU or CUDA), JAX op by op
-and under jax.jit, MLX op by op and under mx.compile (its CPU build), FlexAttention and the PTX
-``tanh.approx.f32`` instruction (CUDA only).
+and under jax.jit, FlexAttention and the PTX ``tanh.approx.f32`` instruction (CUDA only); MLX in
+stacks/mlx_cap.py.
 
 Each evaluation takes values of a scores format and returns float64 arrays: the gradient d/da of
 the cap for an upstream gradient of ones, or whether the backend's tanh (sigmoid) returns exactly
@@ -257,59 +257,6 @@ def jax_gradient(values: np.ndarray, dtype: np.dtype, c: float, *, jit: bool, up
 def jax_saturates(values: np.ndarray, dtype: np.dtype, fn: str = "tanh", *, jit: bool, device: str = "cpu") -> np.ndarray:
     f = _jax_tanh_fn(fn, jit)
     return batched(values, lambda chunk: np.asarray(f(_jax_put(chunk, dtype, device))).astype(np.float64) == 1.0) == 1.0
-
-
-# --- MLX (its CPU device) ------------------------------------------------------------------------
-
-
-@functools.cache
-def _mlx_gradient_fn(c: float, compiled: bool) -> Callable:
-    import mlx.core as mx
-
-    def grad(a, g):
-        _, pulled = mx.vjp(lambda x: c * mx.tanh(x / c), [a], [g])
-        return pulled[0]
-
-    return mx.compile(grad) if compiled else grad
-
-
-def _mlx_put(chunk: np.ndarray, dtype: np.dtype):
-    """An MLX array of ``dtype`` holding ``chunk`` (values of that format: the cast from fp32 is exact)."""
-    import mlx.core as mx
-
-    kind = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}[formats.canonical_name(dtype.name)]
-    return mx.array(chunk.astype(np.float32)).astype(kind)
-
-
-def _mlx_read(x) -> np.ndarray:
-    import mlx.core as mx
-
-    return np.array(x.astype(mx.float32)).astype(np.float64)
-
-
-def mlx_gradient(values: np.ndarray, dtype: np.dtype, c: float, *, compiled: bool,
-                 upstream: np.ndarray | None = None) -> np.ndarray:
-    """d/da of c·mx.tanh(a/c) by mx.vjp on MLX's CPU device, op by op or under mx.compile; ``upstream``: the
-    gradient arriving at the cap's output, one per value in ``dtype`` (None: ones)."""
-    import mlx.core as mx
-
-    grad = _mlx_gradient_fn(c, compiled)
-    with mx.stream(mx.cpu):
-        if upstream is None:
-            return batched(values, lambda chunk: _mlx_read(grad(_mlx_put(chunk, dtype),
-                                                                _mlx_put(np.ones_like(chunk), dtype))))
-        a = np.asarray(values, dtype=np.float64).reshape(-1)
-        g = np.asarray(upstream, dtype=np.float64).reshape(-1)
-        return _mlx_read(grad(_mlx_put(a, dtype), _mlx_put(g, dtype)))
-
-
-def mlx_saturates(values: np.ndarray, dtype: np.dtype, *, compiled: bool) -> np.ndarray:
-    """Whether MLX's tanh returns exactly 1.0 for each value, on its CPU device."""
-    import mlx.core as mx
-
-    f = mx.compile(mx.tanh) if compiled else mx.tanh
-    with mx.stream(mx.cpu):
-        return batched(values, lambda chunk: _mlx_read(f(_mlx_put(chunk, dtype))) == 1.0) == 1.0
 
 
 # --- CUDA only: FlexAttention and tanh.approx.f32 ---------------------------------------------

@@ -11,6 +11,7 @@ parameters where transformers has one: their gradients are summed into the embed
 the first step, and the route says so. Written as adapter_train_transformers writes a step (its ``main``).
 """
 
+import contextlib
 import sys
 
 import adapter_protocol as protocol
@@ -57,12 +58,8 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
         (loss, logits, grads), watched = monitored_steps(model, step)
         kept = {}  # the second step's: this route's file is the monitor's, not a step to judge
     else:
-        mode = attention_watch(calls) if config.attention_logit_softcapping else None
-        try:
+        with attention_watch(calls) if config.attention_logit_softcapping else contextlib.nullcontext():
             loss, logits, grads = step()
-        finally:
-            if mode is not None:
-                mode.__exit__(None, None, None)
     hf: dict = {}
     copy = copy_weights_gemma_3 if named.lower().startswith("gemma-3") else copy_weights_gemma_2
     copy(config, hf, grads)

@@ -51,11 +51,8 @@ def run_variant(run: protocol.Run, variant: str) -> dict:
 
         (loss, chunks, grads), watched = monitored_steps(model, step)
     else:
-        mode = attention_watch(calls)  # the attention cap's calls, whatever value the builder gave it
-        try:
+        with attention_watch(calls):  # the attention cap's calls, whatever value the builder gave it
             loss, chunks, grads = step()
-        finally:
-            mode.__exit__(None, None, None)
     hf = gemma2_tune_to_hf(grads, num_heads=config["num_attention_heads"], num_kv_heads=config["num_key_value_heads"],
                            dim=config["hidden_size"], head_dim=config["head_dim"])
     logits = torch.cat(chunks, dim=1) if isinstance(chunks, list) else chunks

@@ -110,12 +110,10 @@ def _attention_cap(kept: dict):
 
 
 def attention_watch(kept: dict):
-    """The attention cap's calls from here on, kept in ``kept["attention"]``: the entered mode, to exit once the step
-    is done. A step whose attention calls no cap then writes an empty array."""
+    """The mode that keeps the attention cap's calls in ``kept["attention"]`` while it is entered (``with``). A
+    step whose attention calls no cap then writes an empty array."""
     kept["attention"] = []
-    mode = _attention_cap(kept)
-    mode.__enter__()
-    return mode
+    return _attention_cap(kept)
 
 
 def attention_array(kept: dict) -> dict:
@@ -178,6 +176,8 @@ def watch(model, head):
     handles.append(model.register_forward_hook(on_model, with_kwargs=True))
     capped = getattr(getattr(model, "config", None), "attn_logit_softcapping", None)
     mode = attention_watch(kept) if capped else None
+    if mode is not None:  # entered here and left in remove(): the step runs between the two, outside this code
+        mode.__enter__()
 
     def remove():
         if mode is not None:
