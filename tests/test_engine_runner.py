@@ -18,10 +18,10 @@ from softcapgrad.engines import runner
 SCRIPT_HEAD = "import sys, time, json, os\nimport numpy as np\nimport adapter_protocol as protocol\n"
 
 
-def _work(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
+def _work(tmp_path: Path, name: str = "work", tokens: int = 5) -> Path:
+    work = tmp_path / name
     work.mkdir()
-    runner.write_ids(work, np.arange(5))
+    runner.write_ids(work, np.arange(tokens))
     (work / "capped").mkdir()
     return work
 
@@ -207,3 +207,112 @@ def test_a_reason_in_terminal_colours_is_plain_text(tmp_path):
     work = _work(tmp_path)
     outcome = runner.run(sys.executable, _adapter(tmp_path, body), "default", work, ["capped"], 120)
     assert outcome.reason == "RuntimeError: This is step 3/3 of exporting"
+
+
+# --- routes sharing one child ------------------------------------------------------------------------------------
+
+SHARED = """
+ROUTES = {"burn": "burns CPU", "none": "no such architecture", "crash": "kills itself", "pid": "says its process"}
+PROCESSES = (("burn", "none", "crash", "pid"),)
+
+def run_variant(run, variant):
+    if run.route == "burn":
+        end = time.process_time() + 1.0
+        while time.process_time() < end:
+            pass
+    if run.route == "none":
+        raise protocol.NoArchitecture("registry Y lists no gemma9")
+    if run.route == "crash" and os.environ.get("CRASH_IN") in ("any", os.path.basename(os.getcwd())):
+        os.kill(os.getpid(), 9)
+    return np.full((run.ids.size, 3), float(os.getpid()))
+
+raise SystemExit(protocol.main(ROUTES, run_variant))
+"""
+
+
+def _shared(script: Path, routes: list[str], tmp_path: Path) -> dict:
+    item = (tmp_path / "w", _work(tmp_path, "inputs", 4), ["capped"])
+    return runner.run_copied_batch(sys.executable, script, routes, [item], 120)[0]
+
+
+def test_routes_in_one_child_each_get_their_own_outcome_and_time(tmp_path):
+    """One child runs the routes one after another: each has its logits or its own reason (a route without the
+    architecture does not stop the next), and their CPU seconds add up to the child's, the burner's the most."""
+    script = _adapter(tmp_path, SHARED)
+    done = _shared(script, ["burn", "none", "pid"], tmp_path)
+    assert list(done) == ["burn", "none", "pid"]
+    assert done["burn"].reason is None and done["pid"].reason is None
+    assert done["none"].no_architecture and "registry Y lists no gemma9" in done["none"].reason
+    pids = {float(done[r].logits["capped"][0, 0]) for r in ("burn", "pid")}
+    assert len(pids) == 1  # one process ran both
+    assert done["burn"].cpu_s >= 1.0 > done["pid"].cpu_s
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_route_the_shared_child_did_not_finish_runs_again_alone(tmp_path, monkeypatch):
+    """The child dies in the second of three routes: the first keeps its result; the second and third run again, each
+    in a child of its own (where, in another folder, the second no longer crashes)."""
+    monkeypatch.setenv("CRASH_IN", "w")
+    monkeypatch.setattr(runner, "PASSED", runner.PASSED + ("CRASH_IN",))
+    script = _adapter(tmp_path, SHARED)
+    done = _shared(script, ["burn", "crash", "pid"], tmp_path)
+    assert all(o.reason is None for o in done.values()), {r: o.reason for r, o in done.items()}
+    pid = {r: float(o.logits["capped"][0, 0]) for r, o in done.items()}
+    assert len(set(pid.values())) == 3  # the shared child, then one child for each route it left
+
+
+def test_a_route_that_crashes_alone_too_is_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRASH_IN", "any")
+    monkeypatch.setattr(runner, "PASSED", runner.PASSED + ("CRASH_IN",))
+    done = _shared(_adapter(tmp_path, SHARED), ["crash", "pid"], tmp_path)
+    assert done["crash"].reason == "crashed: signal SIGKILL" and done["pid"].reason is None
+
+
+def test_once_stopping_no_child_starts(tmp_path):
+    runner.stop_all()
+    try:
+        done = _shared(_adapter(tmp_path, SHARED), ["pid"], tmp_path)
+    finally:
+        runner.clear_stop()
+    assert done["pid"].reason == "stopped: the run is ending" and done["pid"].logits == {}
+
+
+def test_the_routes_an_adapter_lets_share_a_process_and_the_rest_alone(tmp_path):
+    from softcapgrad.engines import catalog
+
+    script = _adapter(tmp_path, SHARED.replace('PROCESSES = (("burn", "none", "crash", "pid"),)',
+                                               'PROCESSES = (("burn", "pid"),)'))
+    routes = tuple(catalog.Route(r, r) for r in ("none", "burn", "crash", "pid"))
+    engine = catalog.Engine("planted", "main", script, routes, "planted")
+    assert catalog.processes(engine) == [("none",), ("burn", "pid"), ("crash",)]
+    mistral = catalog.engines()["mistral_rs"]  # its KV setting is read once per process: two children
+    assert catalog.processes(mistral) == [("default", "rope-theta", "multimodal"), ("kv32", "multimodal-kv32")]
+
+
+def test_one_child_runs_each_model_it_is_given_on_the_variants_each_holds(tmp_path):
+    """Two models in one child: each model's folder is the working folder while it runs, each gets its own outcome
+    on the variants it holds (the second has an 'uncapped' folder, the first not), and one process ran them all."""
+    body = SHARED.replace("return np.full((run.ids.size, 3), float(os.getpid()))",
+                          "run.notes = [os.getcwd()]\n    return np.full((run.ids.size, 3), float(os.getpid()))")
+    script = _adapter(tmp_path, body)
+    first, second = _work(tmp_path, "one", 4), _work(tmp_path, "two", 6)
+    (second / "uncapped").mkdir()
+    items = [(tmp_path / "w1", first, ["capped"]), (tmp_path / "w2", second, ["capped", "uncapped"])]
+    done = runner.run_copied_batch(sys.executable, script, ["pid", "burn"], items, 120)
+    assert [sorted(d) for d in done] == [["burn", "pid"], ["burn", "pid"]]
+    assert sorted(done[0]["pid"].logits) == ["capped"] and sorted(done[1]["pid"].logits) == ["capped", "uncapped"]
+    assert done[0]["pid"].logits["capped"].shape == (4, 3) and done[1]["burn"].logits["uncapped"].shape == (6, 3)
+    assert [d["pid"].info["notes"] for d in done] == [[str(tmp_path / "w1")], [str(tmp_path / "w2")]]
+    assert len({float(d[r].logits["capped"][0, 0]) for d in done for r in d}) == 1
+    assert sum(d[r].cpu_s for d in done for r in d) >= 2.0  # the two burns, each counted once
+
+
+def test_every_route_an_adapter_lets_share_a_process_is_one_of_its_routes():
+    from softcapgrad.engines import catalog
+
+    for engine in catalog.engines().values():
+        path = catalog._adapter_file(engine)
+        routes = catalog._literal_routes(path)
+        for group in catalog._literal(path, "PROCESSES") or ():
+            assert set(group) <= set(routes), (engine.name, group)
+        assert sum(len(g) for g in catalog.processes(engine)) == len(engine.routes)

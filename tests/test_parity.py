@@ -420,7 +420,7 @@ def test_a_finding_is_loaded_twice_and_a_model_that_changes_is_not_deterministic
     import sys
     from pathlib import Path
 
-    from softcapgrad.engines import catalog, determinism, environments, parity
+    from softcapgrad.engines import catalog, determinism, environments, parity, parity_run
 
     model, reference = capped
     path = tmp_path / "final-off.npy"
@@ -435,7 +435,11 @@ def test_a_finding_is_loaded_twice_and_a_model_that_changes_is_not_deterministic
     np.save(work / "ids.npy", reference.ids)
     for folder in parity.FOLDERS.values():
         (work / folder).mkdir()
-    rows, info = parity._route_rows(engine, engine.routes[0], state, reference, work, 120)
+    done = {}
+    for _, task in parity_run._tasks(engine, state, [parity_run.Model(parity.Parity("m", reference), work, None)],
+                                     120, done, None):
+        task()
+    rows, info = done[(0, "planted", "default")]
     final = {r["cap"]: r for r in rows}["final"]
     if moves:
         assert {r["verdict"] for r in rows} == {determinism.NOT_DETERMINISTIC}

@@ -22,7 +22,7 @@ def _run(names, engine_environment, model_type: str):
     engines = [catalog.engines()[n] for n in names]
     states = {e.environment: engine_environment(e.environment) for e in engines}  # built on the first run, reused
     src = audit.source(None, model_type, ref.tiny_sets(model_type))
-    return parity.measure(src, engines, states, TOKENS, 0, 600, model_type, jobs=2)
+    return parity.measure_all([(model_type, src, None)], engines, states, TOKENS, 0, 600, jobs=2)[0]
 
 
 @pytest.fixture(scope="module")

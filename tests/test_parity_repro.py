@@ -100,7 +100,11 @@ def planted(tmp_path, monkeypatch):
                   "versions": {"transformers": "4.57.6", "torch": "2.13.0+cpu"}} for r in ("default", "eager")]
         return parity.Parity(label, reference, _rows(engine), infos, kept=keep)
 
-    monkeypatch.setattr(parity, "measure", measure)
+    def measure_all(sources, engines, states, n, s, timeout, advance=None, jobs=1):
+        return [measure(src, engines, states, n, s, timeout, label, advance, jobs, keep)
+                for label, src, keep in sources]
+
+    monkeypatch.setattr(parity, "measure_all", measure_all)
     return tmp_path
 
 
@@ -341,12 +345,12 @@ def test_rows_that_say_nothing_of_the_engine_get_no_bundle():
 def test_an_interrupted_run_leaves_no_bundle_folder_and_no_stage(planted, monkeypatch):
     from softcapgrad.engines import parity
 
-    def interrupted(*args, **kwargs):
-        keep = args[-1] if len(args) >= 10 else kwargs.get("keep")
+    def interrupted(sources, *args, **kwargs):
+        keep = sources[0][2]
         (keep / "model").mkdir(parents=True)  # half of what a measurement keeps, then Ctrl-C
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(parity, "measure", interrupted)
+    monkeypatch.setattr(parity, "measure_all", interrupted)
     result = _parity("--engine", "transformers", "--repro", str(planted / "bundles"))
     assert result.exit_code != 0
     assert sorted(p.name for p in planted.iterdir()) == ["cache", "cpuinfo"]

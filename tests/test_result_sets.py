@@ -257,11 +257,11 @@ def parity_env(tmp_path, monkeypatch):
               "reason": None, "did": "ran", "how": "eager", "versions": {"transformers": "5.24.0"}}
     calls = []
 
-    def measure(*args, **kwargs):
-        calls.append(args)
-        return parity.Parity("gemma2", reference, [dict(row)], [dict(engine)])
+    def measure_all(sources, *args, **kwargs):
+        calls.append(sources)
+        return [parity.Parity("gemma2", reference, [dict(row)], [dict(engine)]) for _ in sources]
 
-    monkeypatch.setattr(parity, "measure", measure)
+    monkeypatch.setattr(parity, "measure_all", measure_all)
     return calls
 
 

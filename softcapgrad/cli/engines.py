@@ -27,11 +27,14 @@ def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> 
         claims = "; ".join(f"{n} converts {', '.join(known[n].types)}" for n in names)
         raise InputError(f"no engine asked for has the architecture {', '.join(types)} ({claims}): nothing to run")
     states = {}
+    builds = environments.start([known[n].environment for n in names], say=_say) if install else {}  # side by side
     for name in names:
         env = known[name].environment
         if env in states:
             continue
-        if explicit or install:
+        if env in builds:
+            states[env] = builds[env].result()
+        elif explicit or install:
             states[env] = environments.ready(env, install, say=_say, engine=name)
         else:
             states[env] = environments.state(env)
@@ -152,12 +155,11 @@ def parity(
         chosen = [known[name] for name in names]
         with extra.bundles(repro) as staged:
             try:
-                results = []
                 total = sum(len(e.routes) for e in chosen) * len(sources)
+                triples = [(label, src, None if staged is None else staged / ".work" / str(i))
+                           for i, (label, src) in enumerate(sources)]
                 with runner.terminations(), progress.task("parity: engines", total) as advance:
-                    for i, (label, src) in enumerate(sources):
-                        keep = None if staged is None else staged / ".work" / str(i)
-                        results.append(run.measure(src, chosen, states, n, s, timeout, label, advance, j, keep))
+                    results = run.measure_all(triples, chosen, states, n, s, timeout, advance, j)
             finally:
                 torch.set_num_threads(threads)
             extra.note_interpreter(results, facts)
@@ -274,12 +276,22 @@ def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or
     """Build the engines' environments (reused when already built; rebuilt when broken or stale)."""
     from softcapgrad.engines import environments
 
+    builds: dict = {}
+
     def act(env):
-        st = environments.install(env, say=_say)
+        st = builds[env].result() if env in builds else environments.install(env, say=_say)
         return {"environment": env, "state": st.state, "size_mib": round(st.size / 2 ** 20, 1),
                 "done": f"{env}: {st.state} ({st.size / 2 ** 20:.0f} MiB)."}
 
-    emit(lambda: _manage(names, act), json_out, command="engines install")
+    def run() -> Report:
+        from softcapgrad.engines import catalog
+
+        known = catalog.engines()
+        picked = pick("engine", names, tuple(known))
+        builds.update(environments.start([known[n].environment for n in picked], say=_say))  # side by side
+        return _manage(names, act)
+
+    emit(run, json_out, command="engines install")
 
 
 @engines_app.command("remove")

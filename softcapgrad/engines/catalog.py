@@ -115,23 +115,54 @@ CATALOG: dict[str, Engine] = {e.name: e for e in (
 )}
 
 
-def _literal_routes(path: Path) -> dict[str, str]:
-    """The ``ROUTES = {...}`` literal of an adapter script, read without running it."""
+def _literal(path: Path, name: str):
+    """The value of the literal ``NAME = ...`` at an adapter script's top level, read without running it (None where
+    there is none)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
-        return {}
+        return None
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == "ROUTES" for t in targets):
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 try:
-                    value = ast.literal_eval(node.value)
+                    return ast.literal_eval(node.value)
                 except ValueError:
-                    return {}
-                if isinstance(value, dict):
-                    return {str(k): str(v) for k, v in value.items()}
-    return {}
+                    return None
+    return None
+
+
+def _literal_routes(path: Path) -> dict[str, str]:
+    """The ``ROUTES = {...}`` literal of an adapter script."""
+    value = _literal(path, "ROUTES")
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def models_per_process(engine: Engine) -> int:
+    """How many models one child of the engine may run one after another: its adapter's ``MODELS_PER_PROCESS``
+    literal, 1 where it has none (a new child per model). An adapter sets it where nothing a model leaves in the
+    process (a compiler's caches, a registry) changes what the next one computes: measured, the same bits."""
+    value = _literal(_adapter_file(engine), "MODELS_PER_PROCESS")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def _adapter_file(engine: Engine) -> Path:
+    return engine.adapter if isinstance(engine.adapter, Path) else script(engine.adapter)
+
+
+def processes(engine: Engine) -> list[tuple[str, ...]]:
+    """The engine's routes (the adapter's ids) grouped by the child that runs them, in route order: those its
+    adapter's ``PROCESSES`` literal (a tuple of tuples of route ids) lets share one process together, each other
+    route alone. An adapter lists routes there only where nothing one route sets outlives it in the process."""
+    value = _literal(_adapter_file(engine), "PROCESSES")
+    listed = value if isinstance(value, tuple) else ()
+    shared = [tuple(str(r) for r in g) for g in listed if isinstance(g, (tuple, list))]
+    groups: dict = {}
+    for route in engine.routes:
+        key = next((g for g in shared if route.adapter_route in g), route.adapter_route)
+        groups.setdefault(key, []).append(route.adapter_route)
+    return [tuple(g) for g in groups.values()]
 
 
 def _precision(rid: str) -> str:

@@ -2,14 +2,12 @@
 
 ``prepare`` builds the reference (fp32 eager, caps binding) and writes the two transformers
 directories every engine converts: the model as it is, and the same weights with the final cap
-off. ``measure`` runs the engines and returns plain rows; ``as_dict`` and ``markdown`` give the
+off. ``measure_all`` (parity_run) runs the engines and returns plain rows; ``as_dict`` and ``markdown`` give the
 results files.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import numpy as np
 
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import reference as ref
-from softcapgrad.engines import catalog, conditioning, determinism, modeltypes, runner, verdict
+from softcapgrad.engines import catalog, conditioning, modeltypes, runner
 from softcapgrad.engines.alternatives import (all_local_alternatives, gelu_alternatives, gelu_whole,
                                               scaling_alternatives, swapped_alternatives, window_alternatives)
 from softcapgrad.engines.vocabulary import write_tokenizer
@@ -32,7 +30,7 @@ class Parity:
     reference: object  # reference.Reference
     rows: list = field(default_factory=list)  # one per engine and cap
     engines: list = field(default_factory=list)  # one per engine: how, versions, times, reason
-    kept: Path | None = None  # with measure(keep=...): the model folders and each route's outputs (repro bundles)
+    kept: Path | None = None  # with measure_all's keep: the model folders and each route's outputs (repro bundles)
     conditioning: object = None  # conditioning.Conditioning of the model built
 
 
@@ -73,23 +71,6 @@ def variants(reference) -> list[str]:
     return ["capped", "final off"] + (["uncapped"] if reference.caps["attention"] is not None else [])
 
 
-def _info(engine, route, state) -> dict:
-    return {"engine": engine.name, "route": route.id, "how": route.text, "precision": route.precision,
-            "environment": engine.environment, "versions": dict(state.versions) if state else {},
-            "did": "", "cpu_s": None, "wall_s": None, "reason": None, "failed": {}}
-
-
-def _keep_outputs(kept: Path | None, engine, route, outcome) -> None:
-    """A route's outputs, as the engine gave them, for its reproduction bundle (parity --repro)."""
-    if kept is None:
-        return
-    folder = kept / "outputs" / f"{engine.name}--{route.id}"
-    folder.mkdir(parents=True)
-    for name, values in outcome.logits.items():
-        np.save(folder / f"{name}.npy", values, allow_pickle=False)
-    (folder / "output.txt").write_text(str(outcome.info.get("output", "logits")), encoding="utf-8")
-
-
 def recorded(info: dict, outcome, precision: str) -> dict:
     """``info`` with what the route's child reported: its times, reason, what it did, its precision and versions."""
     reported = outcome.info.get("versions") if isinstance(outcome.info.get("versions"), dict) else {}
@@ -100,89 +81,12 @@ def recorded(info: dict, outcome, precision: str) -> dict:
     return info
 
 
-def _route_rows(engine, route, state, reference, tmp: Path, timeout: float,
-                kept: Path | None = None) -> tuple[list, dict]:
-    info = _info(engine, route, state)
-    if engine.types is not None and reference.model_type not in engine.types:
-        info["reason"] = f"{engine.name} converts {', '.join(engine.types)}, not {reference.model_type}"
-        return verdict.no_architecture(reference, info["reason"]), info
-    if state is None or state.state != "installed":
-        why = "not installed" if state is None else f"{state.state} {state.reason}".strip()
-        info["reason"] = f"environment {engine.environment} {why}: softcapgrad engines install {engine.name}"
-        return verdict.could_not_run(reference, info["reason"]), info
-    folders = [FOLDERS[v] for v in variants(reference)]
-    outcome = runner.run_copied(state.python, engine.adapter, route.adapter_route, tmp / f"run-{engine.name}-{route.id}",
-                                tmp, folders, timeout)
-    rows, info = _judged(engine, route, reference, outcome, info, kept)
-    if not any(r["verdict"] in determinism.FINDINGS for r in rows):
-        return rows, info
-    again = runner.run_copied(state.python, engine.adapter, route.adapter_route, tmp / f"again-{engine.name}-"
-                              f"{route.id}", tmp, [FOLDERS["capped"]], timeout)  # a new child loads it once more
-    return determinism.reloaded(rows, outcome.logits.get(FOLDERS["capped"]), again.logits.get(FOLDERS["capped"]),
-                                again.reason, reference, info, _as_judged(route, info).unit, route.once), info
+def measure_all(sources: list, engines: list, states: dict, seq_len: int, seed: int, timeout: float,
+                advance=None, jobs: int = 1) -> list[Parity]:
+    """Every route of every engine on each model of ``sources`` (parity_run.measure_all)."""
+    from softcapgrad.engines import parity_run
 
-
-def _as_judged(route, info: dict):
-    """The route with the precision its child reported."""
-    return catalog.Route(route.id, route.text, info["precision"], route.argument, route.once)
-
-
-def _judged(engine, route, reference, outcome, info: dict, kept: Path | None) -> tuple[list, dict]:
-    """The rows of one route's outcome."""
-    recorded(info, outcome, route.precision)
-    _keep_outputs(kept, engine, route, outcome)
-    if outcome.no_architecture:
-        return verdict.no_architecture(reference, outcome.reason), info
-    if outcome.reason:
-        return verdict.could_not_run(reference, outcome.reason), info
-    logits = {v: outcome.logits[FOLDERS[v]] for v in variants(reference) if FOLDERS[v] in outcome.logits}
-    failed = {v: str(outcome.info["failed"][FOLDERS[v]]) for v in variants(reference)
-              if FOLDERS[v] in (outcome.info.get("failed") or {})}
-    info["failed"] = failed
-    shape = reference.logits["capped"].shape
-    wrong = [v.shape for v in logits.values() if v.shape != shape]
-    if wrong:
-        info["reason"] = f"logits of shape {wrong[0]}, expected {shape}"
-        return verdict.could_not_run(reference, info["reason"]), info
-    judged = _as_judged(route, info)
-    output = str(outcome.info.get("output", "logits"))
-    return verdict.verdicts(logits, reference, judged.once, judged.top_k, judged.unit, failed, output), info
-
-
-def measure(src, engines: list, states: dict, seq_len: int, seed: int, timeout: float, label: str,
-            advance=None, jobs: int = 1, keep: Path | None = None) -> Parity:
-    """Every route of every engine on one model; ``states`` maps an environment to its State (None: absent).
-    ``jobs`` routes run at a time (each engine child is one thread); the rows come in catalog order. ``keep``: a
-    new folder that receives the model folders, the token ids and each route's outputs (parity --repro)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with tempfile.TemporaryDirectory(prefix="softcapgrad-parity-") as tmp:
-        work = Path(tmp)
-        reference, model, ids = _prepare(src, seq_len, seed, work)
-        result = Parity(label, reference, kept=keep,
-                        conditioning=conditioning.measure(model, ids, reference, label))
-        if keep is not None:
-            (keep / "model").mkdir(parents=True)
-            for name in ["ids.npy", *(FOLDERS[v] for v in variants(reference))]:
-                (shutil.copytree if (work / name).is_dir() else shutil.copy2)(work / name, keep / "model" / name)
-        pairs = [(engine, route) for engine in engines for route in engine.routes]
-
-        def one(pair):
-            engine, route = pair
-            done = _route_rows(engine, route, states.get(engine.environment), reference, work, timeout, keep)
-            if advance:
-                advance()
-            return done
-
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            outcomes = list(pool.map(one, pairs))
-        for (engine, route), (rows, info) in zip(pairs, outcomes):
-            for row in rows:
-                row.update(engine=engine.name, route=route.id, model=label, reach=reference.reach.get(row["cap"]),
-                           generation=ref.GENERATION)
-            result.rows.extend(rows)
-            result.engines.append({**info, "model": label, "generation": ref.GENERATION})
-    return result
+    return parity_run.measure_all(sources, engines, states, seq_len, seed, timeout, advance, jobs)
 
 
 def _generation_cell(entry: dict) -> str:

@@ -23,8 +23,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -54,6 +55,22 @@ class Outcome:
     @property
     def no_architecture(self) -> bool:
         return self.code == NO_ARCHITECTURE
+
+
+_LIVE: set = set()  # the children running now, from every thread
+_STOPPING = threading.Event()  # set by stop_all: no child starts until clear_stop
+
+
+def stop_all() -> None:
+    """Kill every engine child running now (and what each started), and start no other until ``clear_stop``: the
+    caller is unwinding from Ctrl-C or SIGTERM while its worker threads still wait on children."""
+    _STOPPING.set()
+    for child in list(_LIVE):
+        _kill(child)
+
+
+def clear_stop() -> None:
+    _STOPPING.clear()
 
 
 SOCKET_ROOM = 40  # characters of the child's temporary folder that leave room for the Unix sockets engines name in it
@@ -108,11 +125,36 @@ def prepare(work: Path, inputs: Path, variants: list[str]) -> Path:
 def run_copied(python: Path | str, adapter: str | Path, route: str, work: Path, inputs: Path, variants: list[str],
                timeout: float) -> "Outcome":
     """``run`` on a fresh WORK prepared from ``inputs`` (prepare), removed afterwards whatever happened."""
-    prepare(work, inputs, variants)
+    return run_copied_batch(python, adapter, [route], [(work, inputs, variants)], timeout)[0][route]
+
+
+def run_copied_batch(python: Path | str, adapter: str | Path, routes: list[str], items: list, timeout: float) -> list:
+    """``routes`` on each model of ``items`` ((WORK, inputs, variants) triples: a fresh WORK prepared from the inputs,
+    removed afterwards whatever happened) in one child, ``timeout`` seconds for each model and route. A route the
+    child did not finish on a model (it crashed or ran out of time there) runs again in a child of its own. One
+    dict route -> Outcome per item, in the order given."""
+    works = []
     try:
-        return run(python, adapter, route, work, variants, timeout)
+        for work, inputs, variants in items:
+            works.append(work)
+            prepare(work, inputs, variants)
+        union = list(dict.fromkeys(v for _, _, held in items for v in held))
+        done = run_batch(python, adapter, routes, works, union, timeout * len(routes) * len(items))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for work in works:
+            shutil.rmtree(work, ignore_errors=True)
+    out = []
+    for work, inputs, variants in items:
+        got = {}
+        for route in routes:
+            got[route] = done[(work, route)]
+            if got[route] is None and _STOPPING.is_set():
+                got[route] = Outcome({}, {}, "stopped: the run is ending", -9, 0.0, 0.0)
+            elif got[route] is None:
+                got[route] = run_copied_batch(python, adapter, [route], [(work.with_name(f"{work.name}-{route}"),
+                                                                           inputs, variants)], timeout)[0][route]
+        out.append(got)
+    return out
 
 
 def _kill(child: subprocess.Popen) -> None:
@@ -147,17 +189,31 @@ def _wait(child: subprocess.Popen, timeout: float) -> tuple[bytes, float, bool]:
 def run(python: Path | str, adapter: str | Path, route: str, work: Path, variants: list[str],
         timeout: float = TIMEOUT) -> Outcome:
     """The adapter's ``route`` on each variant folder under ``work``; logits read back without pickle."""
+    return run_batch(python, adapter, [route], [work], variants, timeout)[(work, route)]
+
+
+def run_batch(python: Path | str, adapter: str | Path, routes: list[str], works: list[Path], variants: list[str],
+              timeout: float = TIMEOUT) -> dict:
+    """The adapter's ``routes`` on each of ``works`` in one child (the first is its working folder at the start):
+    (work, route) -> Outcome, or None where the child ran several and ended before finishing that one. Each one's
+    times are the child's own for it; what the child spent outside them (starting, importing) counts to the first."""
     wall0 = time.perf_counter()
-    with temporary_folder(work) as tmp:
+    with temporary_folder(works[0]) as tmp:
+        if _STOPPING.is_set():
+            return {(w, r): Outcome({}, {}, "stopped: the run is ending", -9, 0.0, 0.0) for w in works for r in routes}
         try:
-            child = subprocess.Popen(command(python, adapter, work, route, variants), cwd=work,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     env=environment(work, tmp), start_new_session=True)
+            child = subprocess.Popen(command(python, adapter, os.pathsep.join(map(str, works)), ",".join(routes),
+                                             variants), cwd=works[0], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=environment(works[0], tmp), start_new_session=True)
         except OSError as err:
-            return Outcome({}, {}, f"could not start {python}: {err.strerror}", 1, 0.0, 0.0)
+            why = f"could not start {python}: {err.strerror}"
+            return {(w, r): Outcome({}, {}, why, 1, 0.0, 0.0) for w in works for r in routes}
+        _LIVE.add(child)
         try:
             err, cpu, late = _wait(child, timeout)
         finally:
+            _LIVE.discard(child)
             _kill(child)  # on every way out, an exception or a signal in the parent included
             if child.returncode is None:
                 with contextlib.suppress(ChildProcessError):
@@ -166,11 +222,48 @@ def run(python: Path | str, adapter: str | Path, route: str, work: Path, variant
             if child.stderr:
                 child.stderr.close()
     wall = time.perf_counter() - wall0
+    if len(routes) == 1 and len(works) == 1:
+        return {(works[0], routes[0]): _ended(works[0] / "out" / routes[0], variants, cpu, wall, err,
+                                              child.returncode, late, timeout)}
+    done = {(w, r): _finished(w / "out" / r, [v for v in variants if (w / v).is_dir()], _tail(err))
+            for w in works for r in routes}
+    reached = [key for key, o in done.items() if o is not None]
+    if reached:  # the child's time outside its routes' own counts to the first it finished
+        first = done[reached[0]]
+        done[reached[0]] = replace(first, cpu_s=first.cpu_s + max(0.0, cpu - sum(done[k].cpu_s for k in reached)),
+                                   wall_s=first.wall_s + max(0.0, wall - sum(done[k].wall_s for k in reached)))
+    return done
+
+
+def _ended(out: Path, variants: list[str], cpu: float, wall: float, err: bytes, code: int, late: bool,
+           timeout: float) -> Outcome:
+    """The outcome of a child that ran one route."""
     if late:
         return Outcome({}, {}, f"no answer in {timeout:.0f} s (stopped)", -9, cpu, wall, _tail(err))
-    if child.returncode != 0:
-        return Outcome({}, {}, last_line(err, child.returncode), child.returncode, cpu, wall, _tail(err))
-    return _read(work / "out" / route, variants, cpu, wall, _tail(err))
+    if code != 0:
+        return Outcome({}, {}, last_line(err, code), code, cpu, wall, _tail(err))
+    return _read(out, variants, cpu, wall, _tail(err))
+
+
+def _seconds(record: dict, key: str) -> float:
+    value = record.get(key) if isinstance(record, dict) else None
+    return float(value) if isinstance(value, (int, float)) and np.isfinite(value) and value >= 0 else 0.0
+
+
+def _finished(out: Path, variants: list[str], tail: list) -> Outcome | None:
+    """One route of a child that ran several: its logits, or the reason it gave none; None where it did not end."""
+    if (out / "info.json").is_file():
+        try:
+            info = json.loads((out / "info.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            info = {}
+        return _read(out, variants, _seconds(info, "cpu_s"), _seconds(info, "wall_s"), tail)
+    try:
+        said = json.loads((out / "reason.json").read_text(encoding="utf-8"))
+        code, why = int(said["code"]), plain(str(said["reason"]))[:300]  # as last_line cuts a reason
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Outcome({}, {}, why, code, _seconds(said, "cpu_s"), _seconds(said, "wall_s"), tail)
 
 
 def _tail(err: bytes) -> list[str]:

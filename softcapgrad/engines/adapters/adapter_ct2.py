@@ -13,6 +13,9 @@ ROUTES = {
     "default": "TransformersConverter, then Generator(compute_type='default'): the converter's and runtime's defaults",
     "fp32": "the same conversion run with compute_type='float32'",
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "fp32"),)
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 PACKAGES = ("ctranslate2", "transformers", "torch")
 
 

@@ -42,6 +42,9 @@ ROUTES = {
     "portable": "the direct export lowered by to_edge and to_executorch alone: ExecuTorch's portable kernels",
     "portable-eager": "the same, loaded with attn_implementation='eager'",
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "custom", "eager", "direct", "direct-eager", "portable", "portable-eager"),)
+MODELS_PER_PROCESS = 3  # models one child runs in turn (catalog.models_per_process)
 PACKAGES = ("executorch", "optimum-executorch", "optimum", "torch", "torchao", "transformers")
 LOG = ("Check failed", "KernelCall failed", "Missing operator", "Attempted to resize")
 

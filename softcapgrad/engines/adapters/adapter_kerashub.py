@@ -17,6 +17,7 @@ import numpy as np
 import adapter_protocol as protocol
 
 ROUTES = {"default": "Keras Hub backbone .from_preset of the folder, JAX backend on the CPU, fp32"}
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 
 
 def keras_layer_types(n_layers: int) -> list[str]:

@@ -16,6 +16,7 @@ import adapter_protocol as protocol
 
 ROUTES = {"default": "litgpt convert_to_litgpt --model_name of the family's named config, its sizes from "
                      "config.json, the caps from the named config; GPT in fp32, one forward without a KV cache"}
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 NAMED = {"gemma2": "gemma-2-2b", "gemma3_text": "gemma-3-1b-it"}  # the smallest of each family
 
 

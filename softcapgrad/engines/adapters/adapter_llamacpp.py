@@ -37,6 +37,9 @@ ROUTES = {
     "q8_0": "--outtype q8_0; flash attention off, f16 KV cache",
     "q8_0-fa": "--outtype q8_0; flash_attn=True, f16 KV cache",
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "f32", "f32-fa", "f32-kv32", "q8_0", "q8_0-fa"),)
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 OUTTYPE = {"default": "auto", "f32": "f32", "f32-fa": "f32", "f32-kv32": "f32", "q8_0": "q8_0", "q8_0-fa": "q8_0"}
 FLASH = {"f32-fa", "q8_0-fa"}
 GGML_TYPE_F32 = 0

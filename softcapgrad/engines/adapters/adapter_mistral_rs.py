@@ -33,6 +33,8 @@ ROUTES = {
     "kv32": "rope-theta's folder and request, with MISTRALRS_CPU_KV_F32=1: the KV cache kept in f32",
     "multimodal-kv32": "multimodal's loader and folder, with MISTRALRS_CPU_KV_F32=1: the KV cache kept in f32",
 }
+# routes that may share one process (catalog.processes): the KV cache's f32 setting is read once per process
+PROCESSES = (("default", "rope-theta", "multimodal"), ("kv32", "multimodal-kv32"))
 KV_F32 = "MISTRALRS_CPU_KV_F32"  # 1: the KV cache stays f32 on a CPU where the engine would store it in f16
 KV_F16_LINE = "Using f16 KV cache on CPU"  # the engine's log line (stdout) when it stores the cache in f16
 KV_SEEN: list[bool] = []  # the choice is made once per process (a OnceLock): the first variant's log line says it

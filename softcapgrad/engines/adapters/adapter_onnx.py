@@ -12,6 +12,9 @@ ROUTES = {
     "default": "torch.onnx.export (dynamo) of the model from_pretrained loads -> ONNX Runtime, CPU",
     "eager": 'the same, loaded with attn_implementation="eager"',
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "eager"),)
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 PACKAGES = ("onnxruntime", "onnx", "onnxscript", "torch", "transformers")
 
 

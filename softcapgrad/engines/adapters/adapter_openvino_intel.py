@@ -17,6 +17,9 @@ ROUTES = {
     "fp32": "the same export compiled with ov_config={'INFERENCE_PRECISION_HINT': 'f32'}",
     "fp32-kv32": "the same with 'KV_CACHE_PRECISION': 'f32' as well (the CPU plugin keeps an f16 cache otherwise)",
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "fp32", "fp32-kv32"),)
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 OV_CONFIG = {"fp32": {"INFERENCE_PRECISION_HINT": "f32"},
              "fp32-kv32": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}}
 PACKAGES = ("optimum-intel", "optimum", "openvino", "nncf", "transformers", "torch")

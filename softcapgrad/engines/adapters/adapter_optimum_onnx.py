@@ -14,6 +14,9 @@ ROUTES = {
     "default": "ORTModelForCausalLM.from_pretrained(DIR, export=True): the documented default, with its KV cache",
     "no-cache": "the same export with use_cache=False (the documented option for a model without past inputs)",
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "no-cache"),)
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 PACKAGES = ("optimum-onnx", "optimum", "onnxruntime", "onnx", "transformers", "torch")
 
 

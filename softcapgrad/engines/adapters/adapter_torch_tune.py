@@ -20,6 +20,9 @@ ROUTES = {
     "config-caps": "the same with hidden_capping_value and final_capping_value read from config.json "
                    "(attn_logit_softcapping, final_logit_softcapping)",
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "config-caps"),)
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 NAMED_CAPS = {"hidden_capping_value": 30.0, "final_capping_value": 50.0}  # as gemma2_2b/_9b/_27b pass them
 
 

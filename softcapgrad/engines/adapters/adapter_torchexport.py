@@ -15,6 +15,9 @@ ROUTES = {
     "inductor": "torch.export.export, then torch.compile (inductor, C++ kernels) of the exported module",
     "inductor-eager": 'the same, loaded with attn_implementation="eager"',
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "eager"), ("inductor", "inductor-eager"))
+MODELS_PER_PROCESS = 5  # models one child runs in turn (catalog.models_per_process)
 PACKAGES = ("torch", "transformers")
 
 

@@ -14,6 +14,9 @@ ROUTES = {
     "default": "AutoModelForCausalLM.from_pretrained(folder): transformers picks the attention and the dtype",
     "eager": 'AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")',
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "eager"),)
+MODELS_PER_PROCESS = 7  # models one child runs in turn (catalog.models_per_process)
 PACKAGES = ("transformers", "torch", "tokenizers", "huggingface-hub", "safetensors")
 
 

@@ -10,7 +10,11 @@ what is computed, and the verdict can read the engine's own pre-cap logits from 
 
 Everything else is vLLM's default: its dtype choice (``dtype="auto"``), its attention backend, its KV
 cache format, its compilation; route ``fp32`` passes ``dtype="float32"``. The CPU KV-cache space is
-set small (``VLLM_CPU_KVCACHE_SPACE``, 1 GiB, where unset): a size, not a numeric choice. What vLLM
+set small (``VLLM_CPU_KVCACHE_SPACE``, 1 GiB, where unset): a size, not a numeric choice. Each ``LLM``
+keeps vLLM's own engine-core process (``VLLM_ENABLE_V1_MULTIPROCESSING`` at its default): run in this process
+instead, a second engine on Gemma 4 in bf16 returned logits up to 8.6 apart from a fresh process's (measured),
+so that would not be what users get. vLLM's compile cache goes to the work folder (``VLLM_CACHE_ROOT``), not the
+user's home. What vLLM
 says it picked (dtype, attention backend) is read from its own log and its model config; the KV cache's dtype from
 the resolver its attention layers call on the engine's configuration.
 """
@@ -30,6 +34,9 @@ ROUTES = {
     "default": "vllm.LLM(model=FOLDER) with every default (dtype auto, vLLM's attention backend and KV cache)",
     "fp32": "vllm.LLM(model=FOLDER, dtype='float32'), every other default",
 }
+# routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
+PROCESSES = (("default", "fp32"),)
+MODELS_PER_PROCESS = 4  # models one child runs in turn (catalog.models_per_process)
 KV_SPACE_GIB = "1"
 MODE = "raw_logits"  # what the log-probability fields carry: the model's logits as computed, before any sampling step
 PICKED = re.compile(r"(Using [A-Za-z0-9_ ]*(?:backend|Backend)[^\n]*|attention backend[^\n]*)")
@@ -79,6 +86,7 @@ def kv_cache(llm) -> str:
 
 def run_variant(run, variant: str) -> np.ndarray:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB)
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(run.scratch("vllm-cache")))
     run.packages = ("vllm-cpu", "torch", "transformers", "numpy")
     _registered(run.config(variant))
     from vllm import SamplingParams
