@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import catalog, parity  # noqa: E402
+from softcapgrad.engines import catalog, parity_run  # noqa: E402
 from softcapgrad.engines import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
@@ -22,7 +22,7 @@ def _run(names, engine_environment, model_type: str):
     engines = [catalog.engines()[n] for n in names]
     states = {e.environment: engine_environment(e.environment) for e in engines}  # built on the first run, reused
     src = audit.source(None, model_type, ref.tiny_sets(model_type))
-    return parity.measure_all([(model_type, src, None)], engines, states, TOKENS, 0, 600, jobs=2)[0]
+    return parity_run.measure_all([(model_type, src, None)], engines, states, TOKENS, 0, 600, jobs=2)[0]
 
 
 @pytest.fixture(scope="module")

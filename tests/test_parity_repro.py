@@ -75,7 +75,7 @@ def _rows(engine: str) -> list[dict]:
 def planted(tmp_path, monkeypatch):
     """parity's measurement replaced: one engine's two routes on a planted gemma2 whose default route gives the
     reference without the attention cap (to 1e-9); the CPU read from a planted file, the date fixed."""
-    from softcapgrad.engines import parity, provenance as prov
+    from softcapgrad.engines import parity, parity_run, provenance as prov
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
@@ -104,7 +104,7 @@ def planted(tmp_path, monkeypatch):
         return [measure(src, engines, states, n, s, timeout, label, advance, jobs, keep)
                 for label, src, keep in sources]
 
-    monkeypatch.setattr(parity, "measure_all", measure_all)
+    monkeypatch.setattr(parity_run, "measure_all", measure_all)
     return tmp_path
 
 
@@ -343,14 +343,14 @@ def test_rows_that_say_nothing_of_the_engine_get_no_bundle():
 
 
 def test_an_interrupted_run_leaves_no_bundle_folder_and_no_stage(planted, monkeypatch):
-    from softcapgrad.engines import parity
+    from softcapgrad.engines import parity_run
 
     def interrupted(sources, *args, **kwargs):
         keep = sources[0][2]
         (keep / "model").mkdir(parents=True)  # half of what a measurement keeps, then Ctrl-C
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(parity, "measure_all", interrupted)
+    monkeypatch.setattr(parity_run, "measure_all", interrupted)
     result = _parity("--engine", "transformers", "--repro", str(planted / "bundles"))
     assert result.exit_code != 0
     assert sorted(p.name for p in planted.iterdir()) == ["cache", "cpuinfo"]

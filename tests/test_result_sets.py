@@ -246,7 +246,7 @@ def test_a_move_that_fails_puts_back_the_files_moved_before_it(tmp_path, monkeyp
 @pytest.fixture()
 def parity_env(tmp_path, monkeypatch):
     """No engine environment on disk but softcapgrad's own; parity's measurement replaced by one row of gemma2."""
-    from softcapgrad.engines import parity
+    from softcapgrad.engines import parity, parity_run
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     reference = types.SimpleNamespace(caps={"final": 30.0, "attention": 50.0}, reach={"final": 1.5}, scales={},
@@ -261,7 +261,7 @@ def parity_env(tmp_path, monkeypatch):
         calls.append(sources)
         return [parity.Parity("gemma2", reference, [dict(row)], [dict(engine)]) for _ in sources]
 
-    monkeypatch.setattr(parity, "measure_all", measure_all)
+    monkeypatch.setattr(parity_run, "measure_all", measure_all)
     return calls
 
 

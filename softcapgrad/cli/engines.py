@@ -27,14 +27,11 @@ def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> 
         claims = "; ".join(f"{n} converts {', '.join(known[n].types)}" for n in names)
         raise InputError(f"no engine asked for has the architecture {', '.join(types)} ({claims}): nothing to run")
     states = {}
-    builds = environments.start([known[n].environment for n in names], say=_say) if install else {}  # side by side
     for name in names:
         env = known[name].environment
         if env in states:
             continue
-        if env in builds:
-            states[env] = builds[env].result()
-        elif explicit or install:
+        if explicit or install:
             states[env] = environments.ready(env, install, say=_say, engine=name)
         else:
             states[env] = environments.state(env)
@@ -100,7 +97,7 @@ def parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
-        from softcapgrad.engines import catalog, modeltypes, parity as run, reference, runner
+        from softcapgrad.engines import catalog, modeltypes, parity as run, parity_run, reference, runner
         from softcapgrad.cli import parity_runs as extra
         from softcapgrad.engines import repro_report
         from softcapgrad.models import audit
@@ -159,7 +156,7 @@ def parity(
                 triples = [(label, src, None if staged is None else staged / ".work" / str(i))
                            for i, (label, src) in enumerate(sources)]
                 with runner.terminations(), progress.task("parity: engines", total) as advance:
-                    results = run.measure_all(triples, chosen, states, n, s, timeout, advance, j)
+                    results = parity_run.measure_all(triples, chosen, states, n, s, timeout, advance, j)
             finally:
                 torch.set_num_threads(threads)
             extra.note_interpreter(results, facts)
@@ -276,22 +273,12 @@ def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or
     """Build the engines' environments (reused when already built; rebuilt when broken or stale)."""
     from softcapgrad.engines import environments
 
-    builds: dict = {}
-
     def act(env):
-        st = builds[env].result() if env in builds else environments.install(env, say=_say)
+        st = environments.install(env, say=_say)
         return {"environment": env, "state": st.state, "size_mib": round(st.size / 2 ** 20, 1),
                 "done": f"{env}: {st.state} ({st.size / 2 ** 20:.0f} MiB)."}
 
-    def run() -> Report:
-        from softcapgrad.engines import catalog
-
-        known = catalog.engines()
-        picked = pick("engine", names, tuple(known))
-        builds.update(environments.start([known[n].environment for n in picked], say=_say))  # side by side
-        return _manage(names, act)
-
-    emit(run, json_out, command="engines install")
+    emit(lambda: _manage(names, act), json_out, command="engines install")
 
 
 @engines_app.command("remove")

@@ -2,7 +2,7 @@
 
 ``prepare`` builds the reference (fp32 eager, caps binding) and writes the two transformers
 directories every engine converts: the model as it is, and the same weights with the final cap
-off. ``measure_all`` (parity_run) runs the engines and returns plain rows; ``as_dict`` and ``markdown`` give the
+off. ``parity_run.measure_all`` runs the engines and returns plain rows; ``as_dict`` and ``markdown`` give the
 results files.
 """
 
@@ -79,14 +79,6 @@ def recorded(info: dict, outcome, precision: str) -> dict:
     if reported:
         info["versions"] = reported
     return info
-
-
-def measure_all(sources: list, engines: list, states: dict, seq_len: int, seed: int, timeout: float,
-                advance=None, jobs: int = 1) -> list[Parity]:
-    """Every route of every engine on each model of ``sources`` (parity_run.measure_all)."""
-    from softcapgrad.engines import parity_run
-
-    return parity_run.measure_all(sources, engines, states, seq_len, seed, timeout, advance, jobs)
 
 
 def _generation_cell(entry: dict) -> str:

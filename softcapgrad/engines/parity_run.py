@@ -125,6 +125,16 @@ def _task(engine, group: tuple, state, chunk: list, timeout: float, done: dict, 
     return run
 
 
+def route_rows(engine, route, state, reference, work: Path, timeout: float) -> tuple[list, dict]:
+    """One route of the engine on one model (its input folders under ``work``), in a child of its own."""
+    if state is None or state.state != "installed":
+        why = f"environment {engine.environment} {'not installed' if state is None else state.state}"
+        return verdict.could_not_run(reference, why), {**_info(engine, route, state), "reason": why}
+    outcome = runner.run_copied(state.python, engine.adapter, route.adapter_route, work / f"run-{engine.name}-"
+                                f"{route.id}", work, [FOLDERS[v] for v in variants(reference)], timeout)
+    return _checked(engine, route, state, Model(Parity(reference.model_type, reference), work, None), timeout, outcome)
+
+
 def _info(engine, route, state) -> dict:
     return {"engine": engine.name, "route": route.id, "how": route.text, "precision": route.precision,
             "environment": engine.environment, "versions": dict(state.versions) if state else {},

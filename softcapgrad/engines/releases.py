@@ -27,7 +27,7 @@ from pathlib import Path
 
 from softcapgrad.core import child, files
 from softcapgrad.core.checks import InputError
-from softcapgrad.engines import catalog, environments, parity, ranges, trust
+from softcapgrad.engines import catalog, environments, parity, parity_run, ranges, trust
 
 # The releases PyPI lists from 4.51.0 (the oldest that a pinning project below admits) to 5.25.0, in order; yanked
 # and pre-releases are not listed.
@@ -152,7 +152,7 @@ def one(version: str, reference, work: Path, timeout: float, where: Path | None,
             return {**row, "attention": "not installed", "verdict": "could not run", "reason": str(err)}
         st = state(version, where)
     for route in engine.routes:
-        rows, info = parity._route_rows(engine, route, st, reference, work, timeout)
+        rows, info = parity_run.route_rows(engine, route, st, reference, work, timeout)
         cap = next(r for r in rows if r["cap"] == "attention")
         key = "" if route.id == "default" else f"{route.id}_"
         if route.id == "default":
