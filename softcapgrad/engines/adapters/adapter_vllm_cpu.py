@@ -14,7 +14,12 @@ set small (``VLLM_CPU_KVCACHE_SPACE``, 1 GiB, where unset): a size, not a numeri
 keeps vLLM's own engine-core process (``VLLM_ENABLE_V1_MULTIPROCESSING`` at its default): run in this process
 instead, a second engine on Gemma 4 in bf16 returned logits up to 8.6 apart from a fresh process's (measured),
 so that would not be what users get. vLLM's compile cache goes to the work folder (``VLLM_CACHE_ROOT``), not the
-user's home. What vLLM
+user's home. Its worker's threads are left unpinned (``VLLM_CPU_OMP_THREADS_BIND=nobind``, where unset): by default
+vLLM pins its worker to CPU 0, so two children side by side shared one core (Gemma 2's two routes took 390 s of wall
+instead of 220 s). Its one thread stays one thread, so the arithmetic is the same: Gemma 2 and Gemma 4, both routes,
+every variant gave the same bits (measured). Each engine core is shut down and waited for before the next variant,
+so a route's CPU time includes its own (an engine core not yet waited for at a route's end moved its time to a later
+route). What vLLM
 says it picked (dtype, attention backend) is read from its own log and its model config; the KV cache's dtype from
 the resolver its attention layers call on the engine's configuration.
 """
@@ -22,6 +27,7 @@ the resolver its attention layers call on the engine's configuration.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -38,6 +44,7 @@ ROUTES = {
 PROCESSES = (("default", "fp32"),)
 MODELS_PER_PROCESS = 4  # models one child runs in turn (catalog.models_per_process)
 KV_SPACE_GIB = "1"
+SHUTDOWN_S = 60  # the most one waits for an engine core to end once shut down
 MODE = "raw_logits"  # what the log-probability fields carry: the model's logits as computed, before any sampling step
 PICKED = re.compile(r"(Using [A-Za-z0-9_ ]*(?:backend|Backend)[^\n]*|attention backend[^\n]*)")
 
@@ -86,6 +93,7 @@ def kv_cache(llm) -> str:
 
 def run_variant(run, variant: str) -> np.ndarray:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB)
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(run.scratch("vllm-cache")))
     run.packages = ("vllm-cpu", "torch", "transformers", "numpy")
     _registered(run.config(variant))
@@ -95,7 +103,12 @@ def run_variant(run, variant: str) -> np.ndarray:
     llm, vocab, said = engine(run, variant)
     ids = [int(i) for i in run.ids]
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=vocab, logprobs=vocab)
-    (result,) = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+    try:
+        (result,) = llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+    finally:  # the engine core's processes end, and are waited for, before the route's CPU time is read
+        llm.llm_engine.engine_core.shutdown()
+        for child in multiprocessing.active_children():
+            child.join(SHUTDOWN_S)
     entries = list(result.prompt_logprobs[1:]) + [result.outputs[0].logprobs[0]]
     values = _rows(entries, vocab)
     complete = (~np.isnan(values)).sum(axis=1)
@@ -107,7 +120,8 @@ def run_variant(run, variant: str) -> np.ndarray:
     run.output = "logits"
     run.did = (f"vllm.LLM on the folder, dtype {dtype} ({'asked' if run.route == 'fp32' else 'vLLM default'}); "
                f"{kv_cache(llm)}; vLLM said: {'; '.join(said) or 'no attention backend line in its log'}")
-    run.notes.append(f"{variant}: VLLM_CPU_KVCACHE_SPACE={os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB")
+    run.notes.append(f"{variant}: VLLM_CPU_KVCACHE_SPACE={os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB, "
+                     f"VLLM_CPU_OMP_THREADS_BIND={os.environ['VLLM_CPU_OMP_THREADS_BIND']}")
     del llm
     return values
 
