@@ -1,5 +1,6 @@
-"""Engine environments that are not installed are built side by side (environments.start), each once, and an
-installed one is not touched: what the suite's engine_environments mark relies on (conftest)."""
+"""Engine environments that are not installed are built side by side, each once, and an installed one is not
+touched: in the background (environments.start, what the suite's engine_environments mark relies on: conftest), and
+for ``engines install`` and ``parity --install`` (environments.build_all; SIGTERM meanwhile: test_engine_trust)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,10 @@ def test_the_missing_ones_build_at_the_same_time_each_once(fake):
 
 def test_nothing_to_build_starts_nothing(fake):
     assert envs.start(["c", envs.MAIN]) == {} and fake == []
+
+
+def test_build_all_runs_builds_at_once_and_returns_each_outcome(fake):
+    done = envs.build_all(["a", "b", "c", "a", envs.MAIN], jobs=2)
+    assert sorted(done) == ["a", "b"] and done["a"].state == "installed"
+    assert isinstance(done["b"], InputError) and "no wheel" in str(done["b"])  # the caller says every failure
+

@@ -135,26 +135,28 @@ def test_parity_and_the_listing_refuse_a_planted_environment(tmp_path, monkeypat
     assert not (here / "ran").exists()
 
 
-# A build backend of pip's that hangs in its first hook, after saying which processes run it (itself and pip).
+# A build backend of pip's that hangs in its first hook, after saying which processes run it (itself and pip): a
+# file per build in the folder SLOW_PIDS, named by the backend's process id.
 BACKEND = """
 import os, time
 
 def get_requires_for_build_wheel(config_settings=None):
-    with open(os.environ["SLOW_PIDS"] + ".tmp", "w") as f:
+    path = os.path.join(os.environ["SLOW_PIDS"], str(os.getpid()))
+    with open(path + ".tmp", "w") as f:
         f.write(f"{os.getpid()} {os.getppid()}")
-    os.replace(os.environ["SLOW_PIDS"] + ".tmp", os.environ["SLOW_PIDS"])
+    os.replace(path + ".tmp", path)
     time.sleep(300)
     return []
 """
 
-# softcapgrad engines install, its requirements file replaced by the slow one.
+# softcapgrad engines install, every requirements file replaced by the slow one.
 INSTALL = """
 import sys
 from pathlib import Path
 from softcapgrad.engines import environments
 environments.requirements_file = lambda name: Path(sys.argv[1])
 from softcapgrad.cli.app import app
-app(["engines", "install", sys.argv[2]])
+app(["engines", "install", "--jobs", sys.argv[2], *sys.argv[3:]])
 """
 
 
@@ -167,7 +169,10 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
-def test_sigterm_during_install_ends_pip_and_its_backend_and_removes_the_build(tmp_path):
+@pytest.mark.parametrize("names", [(NAME,), (NAME, "onnx")], ids=["one", "two side by side"])
+def test_sigterm_during_install_ends_pip_and_its_backend_and_removes_the_build(tmp_path, names):
+    """Two builds run on worker threads, where no signal handler can be set: the main thread's must stop both pips
+    (and their backends), and wait for both folders to go."""
     package = tmp_path / "slowpkg"
     package.mkdir()
     (package / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
@@ -175,31 +180,32 @@ def test_sigterm_during_install_ends_pip_and_its_backend_and_removes_the_build(t
     (package / "backend.py").write_text(BACKEND)
     slow = tmp_path / "slow.txt"
     slow.write_text(f"--no-index\n{package}\n", encoding="utf-8")  # nothing is fetched: a local folder alone
-    pids_file = tmp_path / "pids"
+    (pids_dir := tmp_path / "pids").mkdir()
     system_tmp = tmp_path / "system-tmp"  # the caller's TMPDIR: pip's temporary folders must not land there
     system_tmp.mkdir()
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SLOW_PIDS": str(pids_file),
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SLOW_PIDS": str(pids_dir),
            "TMPDIR": str(system_tmp)}
-    proc = subprocess.Popen([sys.executable, "-c", INSTALL, str(slow), NAME], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", INSTALL, str(slow), str(len(names)), *names], env=env,
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids = []
     try:
-        deadline = time.monotonic() + 90
-        while not pids_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while len(written := [p for p in pids_dir.iterdir() if p.suffix != ".tmp"]) < len(names) \
+                and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert pids_file.exists(), proc.communicate(timeout=30)
-        pids = [int(p) for p in pids_file.read_text().split()]
+        assert len(written) == len(names), proc.communicate(timeout=30)  # every backend is running, all at once
+        pids = [int(p) for f in written for p in f.read_text().split()]
         root = tmp_path / "cache" / "softcapgrad" / "engines"
-        assert [p.name for p in root.glob(".*.building-*")] == [f".{NAME}-{envs.read(NAME, slow).digest[:16]}"
-                                                                  f".building-{proc.pid}"]
+        assert sorted(p.name for p in root.glob(".*.building-*")) == sorted(
+            f".{n}-{envs.read(n, slow).digest[:16]}.building-{proc.pid}" for n in names)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 143, err[-600:]
         assert err.strip().splitlines()[-1] == ("softcapgrad: terminated; the build's processes were stopped and its "
                                                 "temporary folder removed")
-        assert not [pid for pid in pids if _running(pid)]  # the backend, and pip above it
-        assert sorted(p.name for p in root.iterdir()) == [f".{NAME}.lock"]
-        assert sorted(p.name for p in system_tmp.iterdir()) == []  # pip's went with the build's folder
+        assert not [pid for pid in pids if _running(pid)]  # every backend, and every pip above one
+        assert sorted(p.name for p in root.iterdir()) == sorted(f".{n}.lock" for n in names)
+        assert sorted(p.name for p in system_tmp.iterdir()) == []  # pip's went with the builds' folders
     finally:
         for pid in pids:
             if _running(pid):

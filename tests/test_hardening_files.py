@@ -148,3 +148,42 @@ def test_stdout_on_dev_full_is_one_line_exit_2(json_out):
 def test_bad_input_with_stderr_closed_still_exits_2():
     done = _run('"$PY" -m softcapgrad knee --cap -1 2>&-; echo "rc=$?"')
     assert done.stdout.strip() == "rc=2" and "Traceback" not in done.stdout + done.stderr
+
+
+def test_owner_only_umask_blocks_overlapping_on_two_threads_hold_until_the_last_ends():
+    """Two builds side by side each hold the block: the first to end must not give the other a group-writable umask
+    (its environment would then be untrusted), and the last to end puts the caller's umask back."""
+    import threading
+
+    def current() -> int:
+        mask = os.umask(0)
+        os.umask(mask)
+        return mask
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with files.owner_writes_only():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with files.owner_writes_only():
+            second_in.set()
+            first_out.wait(10)
+            seen["after the first ended"] = current()
+
+    before = os.umask(0o002)
+    try:
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert seen["after the first ended"] & 0o022 == 0o022
+        assert current() == 0o002
+    finally:
+        os.umask(before)

@@ -17,11 +17,14 @@ def _say(line: str) -> None:
     typer.echo(f"softcapgrad engines: {line}", err=True)
 
 
-def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> dict:
-    """Each environment's state, installed first where asked; one line and exit 2 when nothing can run."""
+def _plan(names: list[str], types: list[str], explicit: bool, install: bool, jobs: int = 1) -> dict:
+    """Each environment's state, installed first where asked (``jobs`` builds at a time); one line and exit 2 when
+    nothing can run."""
     from softcapgrad.engines import catalog, environments
 
     known = catalog.engines()
+    if install:
+        _built(environments.build_all([known[n].environment for n in names], jobs, say=_say))
     claimed = [n for n in names if known[n].types is None or any(t in known[n].types for t in types)]
     if types and not claimed:
         claims = "; ".join(f"{n} converts {', '.join(known[n].types)}" for n in names)
@@ -44,6 +47,13 @@ def _plan(names: list[str], types: list[str], explicit: bool, install: bool) -> 
         raise InputError(f"no engine asked for can run {', '.join(types)}: {', '.join(absent)} not installed "
                          "(softcapgrad engines install NAME)")
     return states
+
+
+def _built(outcomes: dict) -> None:
+    """One line and exit 2 where a build failed or was refused: every such environment's reason."""
+    failed = [str(v) for v in outcomes.values() if isinstance(v, Exception)]
+    if failed:
+        raise InputError("; ".join(failed))
 
 
 def parity(
@@ -144,7 +154,7 @@ def parity(
             reference.check(src.config)
         kinds = [src.config.model_type for _, src in sources]
         facts, states = (extra.given_python(python, names, explicit, install, kinds) if python is not None
-                         else (None, _plan(names, kinds, explicit, install)))
+                         else (None, _plan(names, kinds, explicit, install, j)))
         import torch
 
         threads = torch.get_num_threads()
@@ -269,16 +279,24 @@ def _manage(names: list[str], act) -> Report:
 
 @engines_app.command("install")
 def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
+                    jobs: Annotated[int, typer.Option(callback=Bound(1, 16, "environments built at a time"),
+                                                      help="Environments built at a time (1 to 16).")] = 2,
                     json_out: Json = False) -> None:
-    """Build the engines' environments (reused when already built; rebuilt when broken or stale)."""
-    from softcapgrad.engines import environments
+    """Build the engines' environments (reused when already built; rebuilt when broken or stale), side by side."""
+    from softcapgrad.engines import catalog, environments
+
+    def build():
+        known = catalog.engines()
+        _built(environments.build_all([known[n].environment for n in pick("engine", names, tuple(known))], jobs,
+                                      say=_say))
+        return _manage(names, act)
 
     def act(env):
-        st = environments.install(env, say=_say)
+        st = environments.state(env) if env != environments.MAIN else environments.main_state()
         return {"environment": env, "state": st.state, "size_mib": round(st.size / 2 ** 20, 1),
                 "done": f"{env}: {st.state} ({st.size / 2 ** 20:.0f} MiB)."}
 
-    emit(lambda: _manage(names, act), json_out, command="engines install")
+    emit(build, json_out, command="engines install")
 
 
 @engines_app.command("remove")

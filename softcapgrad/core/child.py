@@ -45,6 +45,19 @@ def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
+def alive(pid: int) -> bool:
+    """Whether a process with this id exists (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except (OverflowError, ValueError):  # no process can have this id
+        return False
+    return pid > 0
+
+
 def kill(process: subprocess.Popen) -> None:
     """The child's whole process group, whatever state it is in."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -40,7 +40,9 @@ from typing import Callable, Iterator
 
 from softcapgrad.core import child, files
 from softcapgrad.core.checks import InputError
-from softcapgrad.engines import trust
+from softcapgrad.engines import build_steps, trust
+from softcapgrad.engines.build_steps import BuildError
+from softcapgrad.engines.build_steps import run as _step
 
 MAIN = "main"
 HERE = Path(__file__).resolve().parent
@@ -50,6 +52,7 @@ DIGITS = 16  # hex digits of the sha256 in a folder's name
 STATES = ("installed", "not installed", "stale", "broken", "untrusted")
 BUILDING = re.compile(r"\..+\.building-([0-9]+)")  # a build's temporary folder, named by its process id
 Say = Callable[[str], None]
+TERMINATED = "terminated; the build's processes were stopped and its temporary folder removed"
 
 
 def cache_root() -> Path:
@@ -205,49 +208,6 @@ def _base_python(req: Requirements) -> str:
     return found
 
 
-def _step(command: list[str], cwd: Path, say: Say, what: str, total: int, scratch: Path | None = None) -> None:
-    """Run one build step, one progress line per package pip reports; its last line is the error. ``scratch``: its
-    TMPDIR, inside the build, so that a build stopped midway leaves none of pip's temporary folders behind."""
-    done, env = 0, None if scratch is None else {**os.environ, "TMPDIR": str(scratch)}
-    with subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
-                          stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True) as process:
-        tail = []
-        try:
-            for line in process.stdout:
-                line = line.rstrip()
-                if line:
-                    tail = (tail + [line])[-20:]
-                words = line.split()
-                if words[:1] in (["Collecting"], ["Processing"], ["Found"]) and len(words) > 1:
-                    done += 1
-                    package = os.path.basename(words[1])  # "Processing" names a file: its name alone
-                    say(f"{what}: {words[0].lower()} {package} ({done}/{total})" if total else f"{what}: {line}")
-                elif line.startswith(("Installing collected packages", "Successfully", "Uninstalling")):
-                    say(f"{what}: {line[:160]}")
-            process.wait()
-        finally:
-            child.kill(process)  # its whole group (pip's build backends too), however the step ends
-    if process.returncode != 0:
-        errors = [t for t in tail if t.startswith("ERROR")] or tail or [f"exit code {process.returncode}"]
-        raise BuildError(f"{what}: {errors[-1][:300]}")
-
-
-class BuildError(Exception):
-    """An environment could not be built: the message is the failing step's last line."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    except (OverflowError, ValueError):  # no process can have this id
-        return False
-    return pid > 0
-
-
 def sweep(root: Path | None = None, say: Say = lambda line: None) -> list[Path]:
     """Remove the temporary folders of builds whose process is gone (killed outright, so that nothing of theirs
     could remove them), one line each; those removed. An untrusted cache is left alone."""
@@ -257,7 +217,7 @@ def sweep(root: Path | None = None, say: Say = lambda line: None) -> list[Path]:
     removed = []
     for path in sorted(root.iterdir()):
         found = BUILDING.fullmatch(path.name)
-        if found and not _alive(int(found[1])):
+        if found and not child.alive(int(found[1])):
             shutil.rmtree(path, ignore_errors=True)
             if not os.path.lexists(path):
                 say(f"removed {path.name}, left by a build that was stopped (process {found[1]} is gone)")
@@ -276,8 +236,7 @@ def build(req: Requirements, root: Path | None = None, say: Say = lambda line: N
     ends the step running (its whole process group) and removes the temporary folder, as Ctrl-C does."""
     root = root or cache_root()
     here = folder(req, root)
-    with child.terminating("terminated; the build's processes were stopped and its temporary folder removed"), \
-            files.owner_writes_only():
+    with child.terminating(TERMINATED), files.owner_writes_only():
         root.mkdir(parents=True, exist_ok=True)
         if why := trust.root_distrust(root):
             raise InputError(refusal(State(req.name, "untrusted", here, None, {}, 0, why, root)))
@@ -378,6 +337,38 @@ def start(names, root: Path | None = None, say: Say = lambda line: None) -> dict
         return {n: pool.submit(ready, n, True, root, say) for n in missing}
     finally:
         pool.shutdown(wait=False)  # the submitted builds run on; the exit waits for them
+
+
+def build_all(names, jobs: int, root: Path | None = None, say: Say = lambda line: None) -> dict:
+    """Each of ``names`` that is not installed, built ``jobs`` at a time: name -> its State, or the InputError that
+    refused it or says why it failed. Ctrl-C or SIGTERM meanwhile kills every build's running step (its whole process
+    group), waits for each build to remove its temporary folder, and then goes on up as an interrupt."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    missing = [n for n in dict.fromkeys(names) if n != MAIN and state(n, root).state != "installed"]
+    done: dict = {}
+    if not missing:
+        return done
+    with child.terminating(TERMINATED), files.owner_writes_only(), \
+            ThreadPoolExecutor(max_workers=min(max(1, jobs), len(missing)), thread_name_prefix="softcapgrad-build") \
+            as pool:
+        build_steps.clear_stop()
+        futures = {n: pool.submit(_outcome, n, root, say) for n in missing}
+        try:
+            for name, future in futures.items():
+                done[name] = future.result()
+        except BaseException:  # on the main thread: the worker threads cannot be signalled, their steps are killed
+            build_steps.stop_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return done
+
+
+def _outcome(name: str, root: Path | None, say: Say):
+    try:
+        return ready(name, True, root, say)
+    except InputError as err:
+        return err
 
 
 def ready(name: str, install_it: bool, root: Path | None = None, say: Say = lambda line: None,
