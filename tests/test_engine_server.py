@@ -80,6 +80,7 @@ def llama_server(python, folder, tmp_path):
                     "--outtype", "f32"], cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, check=True,
                    timeout=300)
     port = _free_port()
+    # vLLM's files and sockets go to the test's folders, not to the system's temporary folder or the user's home
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)), "OMP_NUM_THREADS": "1"}
     command = [str(python), "-I", "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
                "--port", str(port), "--n_ctx", "128", "--logits_all", "true"]
@@ -110,8 +111,10 @@ def test_vllm_server_prompt_logprobs_are_judged_on_its_top_k(tmp_path):
     port = _free_port()
     short = tmp_path.parent / "s"  # vLLM's Unix sockets need a short folder
     short.mkdir(exist_ok=True)
+    # vLLM's files and sockets go to the test's folders, not to the system's temporary folder or the user's home
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)), "HF_HUB_OFFLINE": "1",
-           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_RPC_BASE_PATH": str(short)}
+           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_RPC_BASE_PATH": str(short), "TMPDIR": str(short),
+           "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")}
     command = [str(python), "-I", "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder / "capped"),
                "--host", "127.0.0.1", "--port", str(port)]
     with serving(command, port, tmp_path, env, 500) as url:
