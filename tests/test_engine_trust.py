@@ -156,7 +156,7 @@ from pathlib import Path
 from softcapgrad.engines import environments
 environments.requirements_file = lambda name: Path(sys.argv[1])
 from softcapgrad.cli.app import app
-app(["engines", "install", "--jobs", sys.argv[2], *sys.argv[3:]])
+app(["engines", "install", *sys.argv[2:]])
 """
 
 
@@ -185,7 +185,7 @@ def test_sigterm_during_install_ends_pip_and_its_backend_and_removes_the_build(t
     system_tmp.mkdir()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SLOW_PIDS": str(pids_dir),
            "TMPDIR": str(system_tmp)}
-    proc = subprocess.Popen([sys.executable, "-c", INSTALL, str(slow), str(len(names)), *names], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", INSTALL, str(slow), *names], env=env,
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids = []
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from softcapgrad.core import files
+from softcapgrad.core import files, owner_only
 
 
 def _device(path: Path) -> int:
@@ -164,14 +164,14 @@ def test_owner_only_umask_blocks_overlapping_on_two_threads_hold_until_the_last_
     seen = {}
 
     def first():
-        with files.owner_writes_only():
+        with owner_only.owner_writes_only():
             first_in.set()
             second_in.wait(10)
         first_out.set()
 
     def second():
         first_in.wait(10)
-        with files.owner_writes_only():
+        with owner_only.owner_writes_only():
             second_in.set()
             first_out.wait(10)
             seen["after the first ended"] = current()

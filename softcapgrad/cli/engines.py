@@ -76,8 +76,8 @@ def parity(
                                                 "each request (connecting, headers and body together); 1 to "
                                                 "3600.")] = 300.0,
     jobs: Annotated[int, typer.Option(callback=Bound(1, 16, "each engine child holds a model and its engine"),
-                                      help="Engine routes run at a time (1 to 16; each engine child uses one "
-                                           "thread).")] = 1,
+                                      help="Engine routes run at a time, and environments built at a time "
+                                           "with --install (1 to 16; each engine child uses one thread).")] = 1,
     update: Annotated[bool, typer.Option(
         "--update", help="Replace only the engines measured now in --out's parity results; keep the rest.")] = False,
     out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
@@ -279,16 +279,14 @@ def _manage(names: list[str], act) -> Report:
 
 @engines_app.command("install")
 def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
-                    jobs: Annotated[int, typer.Option(callback=Bound(1, 16, "environments built at a time"),
-                                                      help="Environments built at a time (1 to 16).")] = 2,
                     json_out: Json = False) -> None:
-    """Build the engines' environments (reused when already built; rebuilt when broken or stale), side by side."""
+    """Build the engines' environments (reused when already built; rebuilt when broken or stale), two at a time."""
     from softcapgrad.engines import catalog, environments
 
     def build():
         known = catalog.engines()
-        _built(environments.build_all([known[n].environment for n in pick("engine", names, tuple(known))], jobs,
-                                      say=_say))
+        _built(environments.build_all([known[n].environment for n in pick("engine", names, tuple(known))],
+                                      environments.BUILDS_AT_ONCE, say=_say))
         return _manage(names, act)
 
     def act(env):

@@ -25,7 +25,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from softcapgrad.core import child, files
+from softcapgrad.core import child, owner_only
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines import catalog, environments, parity, parity_run, ranges, trust
 
@@ -98,7 +98,7 @@ def build(version: str, where: Path | None = None, say=lambda line: None) -> Pat
     here = folder(version, where)
     parent = here.parent
     with child.terminating("terminated; the build's processes were stopped and its temporary folder removed"), \
-            files.owner_writes_only():
+            owner_only.owner_writes_only():
         parent.mkdir(parents=True, exist_ok=True)
         st = state(version, where)
         if st.state == "untrusted":

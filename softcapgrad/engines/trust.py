@@ -6,7 +6,7 @@ root's or the one running softcapgrad. Anything else is *untrusted* (engines/env
 the reason, never runs it, and refuses it in one line naming what to remove). The stamp itself proves only
 that a build finished (it is written last, by our build, with the requirements' sha256): it can be copied,
 so ownership and permissions are the check, and a build makes every file writable by its owner alone
-(``core.files.owner_writes_only``) so that its own environments pass it.
+(``core.owner_only.owner_writes_only``) so that its own environments pass it.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from softcapgrad.core import files
+from softcapgrad.core import files, owner_only
 from softcapgrad.core.checks import InputError
 from softcapgrad.laws import formats
 
@@ -221,7 +221,7 @@ def store(name: str, zone: dict) -> None:
     zones = {n: z for n, z in _read(path, k)[0].items() if not impossible(n, z)}  # the impossible ones go
     text = json.dumps({"format": FORMAT, "key": k, "zones": {**zones, name: zone}}, sort_keys=True, indent=1)
     try:
-        with files.owner_writes_only():
+        with owner_only.owner_writes_only():
             files.write_atomic(path, text + "\n")
     except (OSError, InputError):
         pass
