@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the softcapgrad package
@@ -60,9 +61,50 @@ def alive(pid: int) -> bool:
 
 def kill(process: subprocess.Popen) -> None:
     """The child's whole process group, whatever state it is in."""
+    kill_group(process)
+    process.wait()
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to the child's own process group (it, and whatever it started), without waiting."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+
+
+class Stoppable:
+    """Children (each in a process group of its own) that worker threads start and wait on, and that the main thread,
+    unwinding from Ctrl-C or SIGTERM (no signal handler can be set off it), stops at once: ``stop_all`` kills every one
+    running, with its group, and every later ``started`` kills its child at once, until ``clear``. The waiting
+    threads then see their children end and clean up as on any failure."""
+
+    def __init__(self) -> None:
+        self._live: set = set()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def started(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.add(process)
+        if self._stopped.is_set():  # a stop between the caller's check and this registration
+            kill_group(process)
+
+    def ended(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.discard(process)
+
+    def stop_all(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            live = list(self._live)
+        for process in live:
+            kill_group(process)
+
+    def clear(self) -> None:
+        self._stopped.clear()
 
 
 @contextlib.contextmanager

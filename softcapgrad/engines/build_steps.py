@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import Callable
 
 from softcapgrad.core import child
 
-_LIVE: set = set()  # the steps' processes running now
-_LOCK = threading.Lock()
-_STOPPED = threading.Event()
+STEPS = child.Stoppable()  # the steps running now, on every build's thread
 
 
 class BuildError(Exception):
@@ -29,17 +26,14 @@ def run(command: list[str], cwd: Path, say: Callable[[str], None], what: str, to
         scratch: Path | None = None) -> None:
     """Run one build step, one progress line per package pip reports; its last line is the error. ``scratch``: its
     TMPDIR, inside the build, so that a build stopped midway leaves none of pip's temporary folders behind."""
-    if _STOPPED.is_set():
+    if STEPS.stopped:
         raise BuildError(f"{what}: stopped")
     done, env = 0, None if scratch is None else {**os.environ, "TMPDIR": str(scratch)}
     with subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
                           stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True) as process:
-        with _LOCK:
-            _LIVE.add(process)
+        STEPS.started(process)
         tail = []
         try:
-            if _STOPPED.is_set():  # a stop that came between the check above and the registration
-                child.kill(process)
             for line in process.stdout:
                 line = line.rstrip()
                 if line:
@@ -54,9 +48,8 @@ def run(command: list[str], cwd: Path, say: Callable[[str], None], what: str, to
             process.wait()
         finally:
             child.kill(process)  # its whole group (pip's build backends too), however the step ends
-            with _LOCK:
-                _LIVE.discard(process)
-    if _STOPPED.is_set():
+            STEPS.ended(process)
+    if STEPS.stopped:
         raise BuildError(f"{what}: stopped")
     if process.returncode != 0:
         errors = [t for t in tail if t.startswith("ERROR")] or tail or [f"exit code {process.returncode}"]
@@ -65,12 +58,8 @@ def run(command: list[str], cwd: Path, say: Callable[[str], None], what: str, to
 
 def stop_all() -> None:
     """Kill every step under way (its whole process group); every later step fails at once, until ``clear_stop``."""
-    _STOPPED.set()
-    with _LOCK:
-        live = list(_LIVE)
-    for process in live:
-        child.kill(process)
+    STEPS.stop_all()
 
 
 def clear_stop() -> None:
-    _STOPPED.clear()
+    STEPS.clear()

@@ -330,7 +330,7 @@ def start(names, root: Path | None = None, say: Say = lambda line: None) -> dict
     place whole, so one left to finish at the interpreter's exit is never half-made."""
     from concurrent.futures import ThreadPoolExecutor
 
-    missing = [n for n in dict.fromkeys(names) if n != MAIN and state(n, root).state != "installed"]
+    missing = _missing(names, root)
     if not missing:
         return {}
     pool = ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="softcapgrad-build")
@@ -340,13 +340,18 @@ def start(names, root: Path | None = None, say: Say = lambda line: None) -> dict
         pool.shutdown(wait=False)  # the submitted builds run on; the exit waits for them
 
 
+def _missing(names, root: Path | None) -> list[str]:
+    """``names`` without repeats, less ``main`` and those installed: the builds to run."""
+    return [n for n in dict.fromkeys(names) if n != MAIN and state(n, root).state != "installed"]
+
+
 def build_all(names, jobs: int, root: Path | None = None, say: Say = lambda line: None) -> dict:
     """Each of ``names`` that is not installed, built ``jobs`` at a time: name -> its State, or the InputError that
     refused it or says why it failed. Ctrl-C or SIGTERM meanwhile kills every build's running step (its whole process
     group), waits for each build to remove its temporary folder, and then goes on up as an interrupt."""
     from concurrent.futures import ThreadPoolExecutor
 
-    missing = [n for n in dict.fromkeys(names) if n != MAIN and state(n, root).state != "installed"]
+    missing = _missing(names, root)
     done: dict = {}
     if not missing:
         return done

@@ -31,6 +31,7 @@ from typing import Iterator
 
 import numpy as np
 
+from softcapgrad.core import child as child_processes
 from softcapgrad.engines.catalog import ADAPTERS, script as adapter_script
 
 TIMEOUT = 300.0  # seconds of wall clock per route (every variant, conversion included); a shared machine is slow
@@ -57,20 +58,17 @@ class Outcome:
         return self.code == NO_ARCHITECTURE
 
 
-_LIVE: set = set()  # the children running now, from every thread
-_STOPPING = threading.Event()  # set by stop_all: no child starts until clear_stop
+CHILDREN = child_processes.Stoppable()  # the engine children running now, from every thread
 
 
 def stop_all() -> None:
     """Kill every engine child running now (and what each started), and start no other until ``clear_stop``: the
     caller is unwinding from Ctrl-C or SIGTERM while its worker threads still wait on children."""
-    _STOPPING.set()
-    for child in list(_LIVE):
-        _kill(child)
+    CHILDREN.stop_all()
 
 
 def clear_stop() -> None:
-    _STOPPING.clear()
+    CHILDREN.clear()
 
 
 SOCKET_ROOM = 40  # characters of the child's temporary folder that leave room for the Unix sockets engines name in it
@@ -148,7 +146,7 @@ def run_copied_batch(python: Path | str, adapter: str | Path, routes: list[str],
         got = {}
         for route in routes:
             got[route] = done[(work, route)]
-            if got[route] is None and _STOPPING.is_set():
+            if got[route] is None and CHILDREN.stopped:
                 got[route] = Outcome({}, {}, "stopped: the run is ending", -9, 0.0, 0.0)
             elif got[route] is None:
                 got[route] = run_copied_batch(python, adapter, [route], [(work.with_name(f"{work.name}-{route}"),
@@ -158,16 +156,13 @@ def run_copied_batch(python: Path | str, adapter: str | Path, routes: list[str],
 
 
 def _kill(child: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and whatever it started
+    child_processes.kill_group(child)  # the child's own group: it and whatever it started
 
 
 def _wait(child: subprocess.Popen, timeout: float) -> tuple[bytes, float, bool]:
     """The child's stderr, its own CPU time (user + system, with the descendants it waited for, from the
     kernel's accounting of that one process: other children running at the same time do not count) and
     whether it ran past ``timeout`` (then it and its group are killed)."""
-    import threading
-
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.append(child.stderr.read()), daemon=True)
     reader.start()
@@ -199,7 +194,7 @@ def run_batch(python: Path | str, adapter: str | Path, routes: list[str], works:
     times are the child's own for it; what the child spent outside them (starting, importing) counts to the first."""
     wall0 = time.perf_counter()
     with temporary_folder(works[0]) as tmp:
-        if _STOPPING.is_set():
+        if CHILDREN.stopped:
             return {(w, r): Outcome({}, {}, "stopped: the run is ending", -9, 0.0, 0.0) for w in works for r in routes}
         try:
             child = subprocess.Popen(command(python, adapter, os.pathsep.join(map(str, works)), ",".join(routes),
@@ -209,11 +204,11 @@ def run_batch(python: Path | str, adapter: str | Path, routes: list[str], works:
         except OSError as err:
             why = f"could not start {python}: {err.strerror}"
             return {(w, r): Outcome({}, {}, why, 1, 0.0, 0.0) for w in works for r in routes}
-        _LIVE.add(child)
+        CHILDREN.started(child)
         try:
             err, cpu, late = _wait(child, timeout)
         finally:
-            _LIVE.discard(child)
+            CHILDREN.ended(child)
             _kill(child)  # on every way out, an exception or a signal in the parent included
             if child.returncode is None:
                 with contextlib.suppress(ChildProcessError):
