@@ -1,6 +1,9 @@
 # make reproduce: regenerate and check every document number (results/).
-# make test: the test suite, on two worker processes (pytest-xdist). Both create .venv and install the pinned
-# versions first.
+# make test: the test suite, on two worker processes (pytest-xdist); it builds no engine environment: a live engine
+# test runs only where its environment is already built, and the last line counts those left out. Both create .venv
+# and install the pinned versions first.
+# make test-engines: the live engine and training-route tests, each engine environment they need built first
+# (under ~/.cache/softcapgrad/engines, two at a time).
 # make census: every soft-cap and gate of the installed transformers, found by running each model type tiny
 # (results/census.json, census.md, figures/census.png; about 700 s of CPU on a 2-core CPU without bf16 instructions,
 # shared by up to 4 worker processes: 6 min on the wall; each model type's budget is CPU time; not part of make test).
@@ -25,7 +28,7 @@ STAMP := $(VENV)/.installed
 PARITY_TYPES := gemma2 gemma2+qpas gemma3_text gemma3_text+attention vaultgemma gemma3n_text gemma4_text gemma4_unified_text \
 	recurrent_gemma nanochat beam xlstm inkling2_text inkling2_loop_text
 
-.PHONY: install reproduce test bench census experiment parity train-parity default-attention clean
+.PHONY: install reproduce test test-engines bench census experiment parity train-parity default-attention clean
 
 install: $(STAMP)
 
@@ -39,6 +42,9 @@ reproduce: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --durations=25
+
+test-engines: $(STAMP)
+	$(PY) -m pytest -q -n 2 --build-engines -m engine_environments --durations=25
 
 census: $(STAMP)
 	$(PY) -m softcapgrad census --out results

@@ -37,25 +37,58 @@ def cli():
 
 # --- engine environments ------------------------------------------------------------------------
 # A test that runs an engine from its own environment names it with @pytest.mark.engine_environments(NAME, ...).
-# Once collection is done, every such environment the selected tests need and this machine lacks starts building,
-# all side by side and in the background (environments.start): the builds overlap each other and the tests that
-# run before theirs. The fixture ``engine_environment(NAME)`` waits for its build (or builds it then, for an
-# environment no mark named) and returns its State; a failed build fails each test that waits on it, with the
-# build's own one-line reason. The end of the run waits for a build still under way.
+# Two tiers. By default (make test) nothing is built: a test whose environments are all installed runs, any other
+# is skipped with LEFT_OUT in its reason, and the run ends with one line counting them and naming the command that
+# runs them. With --build-engines (make test-engines) every environment the selected tests name and this machine
+# lacks is built once collection is done, in the background and environments.BUILDS_AT_ONCE at a time (two
+# worker processes starting the same list wait on each other's locks, so the bound holds across them). The fixture
+# ``engine_environment(NAME)`` returns the environment's State: as built, waited for, or refused in one line.
 _BUILDS: dict = {}
+LEFT_OUT = "live engine test: its environment is not built"
+TIER_TWO = "make test-engines"
+_LEFT_OUT: set = set()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--build-engines", action="store_true",
+                     help="build the engine environments the selected tests name (two at a time) and run their "
+                          "tests; without it a test whose environments are not all installed is skipped")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "engine_environments(*names): the engine environments the test runs in, "
-                                       "built side by side once collection is done")
+    config.addinivalue_line("markers", "engine_environments(*names): the engine environments the test runs in; "
+                                       "built first with --build-engines, skipped without it unless installed")
+
+
+def _environments(item) -> list[str]:
+    return [n for mark in item.iter_markers("engine_environments") for n in mark.args]
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--build-engines"):
+        return
+    from softcapgrad.engines import environments
+
+    states: dict = {}
+    for item in items:
+        missing = [n for n in _environments(item) if n != environments.MAIN
+                   and states.setdefault(n, environments.state(n).state) != "installed"]
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=f"{LEFT_OUT} ({', '.join(missing)}): {TIER_TWO}"))
 
 
 def pytest_collection_finish(session):
-    names = [n for item in session.items for mark in item.iter_markers("engine_environments") for n in mark.args]
-    if names and not session.config.option.collectonly:
+    names = [n for item in session.items for n in _environments(item)]
+    if names and session.config.getoption("--build-engines") and not session.config.option.collectonly:
         from softcapgrad.engines import environments
 
         _BUILDS.update(environments.start(names))
+
+
+def pytest_runtest_logreport(report):
+    """Counted where the reports arrive: in the one process, or in pytest-xdist's controller."""
+    if report.skipped and LEFT_OUT in str(report.longrepr):
+        _LEFT_OUT.add(report.nodeid)
 
 
 def pytest_sessionfinish(session):
@@ -63,12 +96,21 @@ def pytest_sessionfinish(session):
         build.exception()
 
 
+def pytest_unconfigure(config):
+    if _LEFT_OUT and not hasattr(config, "workerinput"):
+        n = len(_LEFT_OUT)
+        print(f"{n} live engine test{'s were' if n > 1 else ' was'} left out (environments not built): "
+              f"{TIER_TWO} builds them, two at a time, and runs them")
+
+
 @pytest.fixture(scope="session")
-def engine_environment():
+def engine_environment(request):
     from softcapgrad.engines import environments
+
+    build_them = request.config.getoption("--build-engines")
 
     def ready(name: str):
         build = _BUILDS.get(name)
-        return build.result() if build is not None else environments.ready(name, True)
+        return build.result() if build is not None else environments.ready(name, build_them)
 
     return ready

@@ -50,3 +50,34 @@ def test_build_all_runs_builds_at_once_and_returns_each_outcome(fake):
     assert sorted(done) == ["a", "b"] and done["a"].state == "installed"
     assert isinstance(done["b"], InputError) and "no wheel" in str(done["b"])  # the caller says every failure
 
+
+
+def test_never_more_than_the_bound_build_at_once(monkeypatch):
+    """Six missing environments, started in the background and built by build_all: at most BUILDS_AT_ONCE run at
+    any moment, and with the bound raised to 6 they do all run together (so the count can see more than 2)."""
+    running, most, lock = [0], [0], threading.Lock()
+    names = [f"e{i}" for i in range(6)]
+
+    def state(name, root=None, path=None):
+        return envs.State(name, "not installed", None, None, {}, 0, "")
+
+    def install(name, root=None, say=lambda line: None, path=None):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.2)
+        with lock:
+            running[0] -= 1
+        return envs.State(name, "installed", None, None, {}, 0, "")
+
+    monkeypatch.setattr(envs, "state", state)
+    monkeypatch.setattr(envs, "install", install)
+    for builds in (lambda: [f.result(timeout=20) for f in envs.start(names).values()],
+                   lambda: envs.build_all(names, jobs=16)):
+        most[0] = 0
+        builds()
+        assert most[0] == envs.BUILDS_AT_ONCE
+    monkeypatch.setattr(envs, "BUILDS_AT_ONCE", 6)
+    most[0] = 0
+    [f.result(timeout=20) for f in envs.start(names).values()]
+    assert most[0] == 6

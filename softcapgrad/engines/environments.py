@@ -52,7 +52,7 @@ DIGITS = 16  # hex digits of the sha256 in a folder's name
 STATES = ("installed", "not installed", "stale", "broken", "untrusted")
 BUILDING = re.compile(r"\..+\.building-([0-9]+)")  # a build's temporary folder, named by its process id
 Say = Callable[[str], None]
-BUILDS_AT_ONCE = 2  # engines install: all 16 of parity's environments took 4 min 14 s so on 2 cores (measured)
+BUILDS_AT_ONCE = 2  # the most builds at once, for engines install, parity --install and the test suite alike
 TERMINATED = "terminated; the build's processes were stopped and its temporary folder removed"
 
 
@@ -324,16 +324,17 @@ def remove(name: str, root: Path | None = None, path: Path | None = None) -> int
 
 
 def start(names, root: Path | None = None, say: Say = lambda line: None) -> dict:
-    """Start building, side by side, each of ``names`` that is not installed: name -> a Future of its State (as
-    ``ready(name, True)`` returns it, or its InputError). A build is mostly one pip process unpacking wheels, so
-    builds overlap each other and whatever the caller does meanwhile; each holds its own lock and is renamed into
-    place whole, so one left to finish at the interpreter's exit is never half-made."""
+    """Start building, in the background, each of ``names`` that is not installed, ``BUILDS_AT_ONCE`` at a time:
+    name -> a Future of its State (as ``ready(name, True)`` returns it, or its InputError). Each build holds its own
+    lock and is renamed into place whole, so one left to finish at the interpreter's exit is never half-made, and
+    two processes starting the same list build each environment once, still at most ``BUILDS_AT_ONCE`` at a time:
+    the second waits on the first's locks in the same order."""
     from concurrent.futures import ThreadPoolExecutor
 
     missing = _missing(names, root)
     if not missing:
         return {}
-    pool = ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="softcapgrad-build")
+    pool = ThreadPoolExecutor(max_workers=min(BUILDS_AT_ONCE, len(missing)), thread_name_prefix="softcapgrad-build")
     try:
         return {n: pool.submit(ready, n, True, root, say) for n in missing}
     finally:
@@ -346,18 +347,19 @@ def _missing(names, root: Path | None) -> list[str]:
 
 
 def build_all(names, jobs: int, root: Path | None = None, say: Say = lambda line: None) -> dict:
-    """Each of ``names`` that is not installed, built ``jobs`` at a time: name -> its State, or the InputError that
-    refused it or says why it failed. Ctrl-C or SIGTERM meanwhile kills every build's running step (its whole process
-    group), waits for each build to remove its temporary folder, and then goes on up as an interrupt."""
+    """Each of ``names`` that is not installed, built ``jobs`` at a time, never more than ``BUILDS_AT_ONCE``: name ->
+    its State, or the InputError that refused it or says why it failed. Ctrl-C or SIGTERM meanwhile kills every
+    build's running step (its whole process group), waits for each build to remove its temporary folder, and then
+    goes on up as an interrupt."""
     from concurrent.futures import ThreadPoolExecutor
 
     missing = _missing(names, root)
     done: dict = {}
     if not missing:
         return done
+    at_once = min(max(1, jobs), BUILDS_AT_ONCE, len(missing))
     with child.terminating(TERMINATED), owner_only.owner_writes_only(), \
-            ThreadPoolExecutor(max_workers=min(max(1, jobs), len(missing)), thread_name_prefix="softcapgrad-build") \
-            as pool:
+            ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="softcapgrad-build") as pool:
         build_steps.clear_stop()
         futures = {n: pool.submit(_outcome, n, root, say) for n in missing}
         try:
