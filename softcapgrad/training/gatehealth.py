@@ -6,7 +6,8 @@ softplus gate's g·σ(x) from the input, a softmax router's p ⊙ (u − ⟨u, p
 ops, in the format they really ran in (below autocast). Per gate site and watched step it counts
 
     closed      elements below 1e-3 of the gate's range (σ and softmax: y < 1e-3; softplus, which has no top:
-                y < 1e-3 of a unit gate)
+                y < 1e-3 of a unit gate); y and 1e-3 compared as real numbers, whatever the format and the
+                call's size (gaterows.closed_below)
     saturated   elements stored as exactly the value the function only approaches (σ, softmax: 0 or 1;
                 softplus: 0)
     zero_grad   elements whose backward returned exactly 0 under a non-zero upstream gradient

@@ -2,17 +2,26 @@
 
 Closed is below 1e-3 of the gate's range (σ and softmax: y < 1e-3; softplus, which has no top: y < 1e-3);
 saturated is stored as exactly the value the function only approaches (σ, softmax: 0 or 1; softplus: 0).
+
+One definition for every format and tensor size: y < 1e-3 compared as real numbers, 1e-3 being the double
+0.001000000000000000020816… (every value of fp8, bf16, fp16 and fp32 is exact in fp64, so this is the fp64
+comparison). A call read out as Python floats compares so; a tensor compares in its own format against
+``closed_below(dtype)``, the least value of the format not below 1e-3, which selects the same elements (a plain
+``y < 1e-3`` on a bf16 tensor would compare against bf16(1e-3) = 0.00099945068359375 and leave that value open).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from softcapgrad.core.report import Report, Table
-from softcapgrad.training.tally import _nonzero, _stuck
+from softcapgrad.training.tally import _BITS, _nonzero, _stuck
+
+_INTS = _BITS | {1: torch.int8}  # a float format's bits, as integers of its width
 
 CLOSED = 1e-3  # of the gate's range
 WINDOWS = 3  # windows a trend needs before a site is named closing
@@ -92,11 +101,23 @@ def trend(history: list[tuple], window: int) -> str:
     return "closing" if falls or rises else "steady"
 
 
+@functools.cache
+def closed_below(dtype: torch.dtype) -> float:
+    """The least value of ``dtype`` not below CLOSED, as a float (exact in the format): for every y of the format,
+    y < CLOSED ⟺ y < closed_below(dtype), and torch's comparison of a tensor with this number, made in the
+    tensor's format, rounds nothing. CLOSED rounded to the format, moved one step up where that fell below it."""
+    t = torch.tensor(CLOSED, dtype=torch.float64).to(dtype)
+    if t.item() < CLOSED:  # positive and finite: the next value up is the next bit pattern
+        t = (t.view(_INTS[t.element_size()]) + 1).view(dtype)
+    return t.item()
+
+
 def _closed(y: torch.Tensor, low: float | None = None) -> int:
-    """Elements below CLOSED; none to count where the smallest element ``low`` (read on the CPU) is not."""
+    """Elements below CLOSED (see closed_below); none to count where the smallest element ``low`` (read on the CPU,
+    exact) is not."""
     if low is not None and low >= CLOSED:
         return 0
-    return int(torch.count_nonzero(y < CLOSED))
+    return int(torch.count_nonzero(y < closed_below(y.dtype)))
 
 
 def _saturated(fn: str, y: torch.Tensor, low: float | None = None, high: float | None = None) -> int:
