@@ -67,3 +67,48 @@ def test_bf16_1e_3_is_closed_whatever_the_call_s_size():
         s = Step()
         gatecount.count_forward(s, "sigmoid", *[torch.full((size,), 1e-3, dtype=torch.bfloat16)] * 2)
         assert s.closed == size
+
+
+class CastGate(torch.nn.Module):
+    """Laguna's head gate in small: softplus in float32 of a bfloat16 projection's output."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.g_proj = torch.nn.Linear(width, width, bias=False, dtype=torch.bfloat16)
+        with torch.no_grad():
+            self.g_proj.weight.copy_(torch.eye(width))  # u = h exactly: one product per output, exact in bf16
+
+    def forward(self, h):
+        return torch.nn.functional.softplus(self.g_proj(h).float())
+
+
+@pytest.mark.parametrize("rows", [1, 64])  # 64 elements (read as Python floats) and 4,096 (reductions)
+def test_zero_gradients_are_counted_where_the_weights_see_them_after_the_cast(rows):
+    """softplus'(u)·g = σ(u)·g in float32 is a subnormal from u ≈ −87.3 down (e⁻⁸⁷·³ ≈ 2⁻¹²⁶) and non-zero down to
+    about −103; cast to bfloat16 for g_proj, whose least subnormal is 2⁻¹³³ (σ(u) = e^u from u ≈ −92.2 down), it is 0:
+    inputs spread over [−110, 0] give both kinds. Each watched step (the first by the dispatch mode, the later ones by
+    the watch it learnt) must count exactly the zeros hooks see on the float32 input and on g_proj's output."""
+    from softcapgrad.training.gatehealth import GateMonitor
+
+    model = CastGate(64)
+    captured: dict = {}
+
+    def keep(module, args, out) -> None:  # None: a forward hook's result would replace the output
+        out.register_hook(lambda grad: captured.__setitem__("w", grad))
+
+    model.g_proj.register_forward_hook(keep)
+    monitor = GateMonitor()
+    g = torch.Generator().manual_seed(0)
+    expected = []
+    for _ in range(3):
+        h = (torch.rand(rows, 64, generator=g) * -110).bfloat16()
+        with monitor.step():
+            y = model(h)
+            y.backward(torch.ones_like(y))
+        u = h.float().requires_grad_()  # the gate's own gradient, on the float32 input
+        torch.nn.functional.softplus(u).backward(torch.ones_like(u))
+        expected.append((int((u.grad == 0).sum()), int((captured["w"] == 0).sum())))
+    (row,) = monitor.rows()
+    assert [(s[4], s[6]) for s in row.per_step] == expected
+    assert all(zero_w > zero > 0 for zero, zero_w in expected), expected
+    assert row.zero_grad_cast_share > row.zero_grad_share

@@ -47,11 +47,13 @@ def gate_figures(monitor: GateMonitor) -> dict[str, float]:
     for r in rows:
         if r.steps != monitor.watched:
             continue  # the site did not run in the last watched step
-        count, closed, _, backward, zero, mean = r.per_step[-1]
+        count, closed, _, backward, zero, mean, zero_cast = r.per_step[-1]
         name = f"{GATES}{r.module}/{r.fn}"
         out[f"{name}/closed"] = closed / count if count else 0.0
         if backward:
             out[f"{name}/zero_grad"] = zero / backward
+            if r.zero_grad_cast_share is not None:  # the gradient cast back to the layer's format
+                out[f"{name}/zero_grad_cast"] = zero_cast / backward
         out[f"{name}/mean"] = mean
     if rows:
         out[GATES + "closing"] = float(sum(r.trend == "closing" for r in rows))

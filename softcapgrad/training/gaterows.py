@@ -64,6 +64,8 @@ class GateRow:
     closed_share: float
     saturated_share: float
     zero_grad_share: float | None  # of the backward's elements (None: no backward seen)
+    zero_grad_cast_share: float | None  # the same, on the gradient cast back to the tensor a layer produced (None:
+    # no cast lies between it and the gate, or no backward seen)
     mean_gate: float
     trend: str  # closing | steady | "—" (fewer than WINDOWS windows)
     stuck_open_from: float | None  # the input from which the gradient is exactly 0, the gate stuck open
@@ -71,16 +73,16 @@ class GateRow:
     min_input: float
     max_input: float
     source: str
-    per_step: tuple  # per watched step: (count, closed, saturated, backward count, zero_grad, mean)
+    per_step: tuple  # per watched step: (count, closed, saturated, backward count, zero_grad, mean, zero_grad cast back)
 
 
 class Step:
     """One site's sums in one watched step (numbers: every count here is read on the CPU, or once per op)."""
 
-    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "low", "high")
+    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "zero_cast", "low", "high")
 
     def __init__(self) -> None:
-        self.count = self.closed = self.saturated = self.backward = self.zero = 0
+        self.count = self.closed = self.saturated = self.backward = self.zero = self.zero_cast = 0
         self.total = 0.0
         self.low, self.high = float("inf"), float("-inf")
 
@@ -136,12 +138,14 @@ def _share(rows: list[dict], key: str) -> str:
 
 GATE_COLUMNS = ("module", "fn", "dtype", "closed_share", "saturated_share", "zero_grad_share", "mean_gate",
                 "trend")
-GATE_WIDE = ("site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input", "max_input", "source")
+GATE_WIDE = ("zero_grad_cast_share", "site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input", "max_input", "source")
 GATE_NOTES = (
     f"closed: share below {CLOSED:g} of the gate's range (softplus: below {CLOSED:g}); saturated: stored as exactly "
     "0 or 1 (softplus: 0); zero grad: share of the backward's elements exactly 0 where the upstream gradient was "
-    "not; mean: the mean gate (float64 sum); all over the watched steps, per step in the JSON (per_step: count, "
-    "closed, saturated, backward count, zero grad, mean)",
+    "not; zero grad cast: the same on the gradient cast back to the format of the layer that feeds the gate "
+    "(what its weights see; — where no cast lies between); mean: the mean gate (float64 sum); all over the watched "
+    "steps, per step in the JSON (per_step: count, closed, saturated, backward count, zero grad, mean, zero grad "
+    "cast back)",
     f"trend: closing when the mean falls, or the closed share rises, from each window of watched steps to the next "
     f"({WINDOWS} windows at least; — before that); stuck open from: the input from which autograd's gradient is "
     "exactly 0 with the gate open (σ stored as 1.0; a softplus gate's never dies open)",
@@ -162,6 +166,13 @@ def gate_sentences(rows: list[dict], hidden: str | None) -> tuple[str, ...]:
                                        "no site's backward was seen (compiled code)."),
            (f"Closing, window after window: {', '.join(closing[:3])}{', …' if len(closing) > 3 else ''}." if closing
             else "No site is closing.")]
+    cast = [r for r in seen if r.get("zero_grad_cast_share") is not None
+            and r["zero_grad_cast_share"] != r["zero_grad_share"]]
+    if cast:
+        r = max(cast, key=lambda r: r["zero_grad_cast_share"] - r["zero_grad_share"])
+        out.append(f"Cast back to its layer's format, the gradient of {r['module']}'s {r['fn']} is exactly 0 in "
+                   f"{r['zero_grad_cast_share']:.3g} of its elements ({r['zero_grad_share']:.3g} at the gate itself): "
+                   "those are the zeros its weights see.")
     if hidden:
         out.append(hidden[0].upper() + hidden[1:] + ".")
     return tuple(out)
