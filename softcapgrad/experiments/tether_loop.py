@@ -129,7 +129,7 @@ def _step(model, opt, tether, x, y, t: int, d: Design, monitor=None) -> float:
     loss.backward()
     opt.step()
     if tether is not None:
-        tether.step(t, d.lr)
+        tether.step(t, d.lr, g_target=0.5, anchor="global")  # the design's spring (tethergate.md's defaults)
     return float(loss.detach())
 
 
