@@ -112,3 +112,23 @@ def test_zero_gradients_are_counted_where_the_weights_see_them_after_the_cast(ro
     assert [(s[4], s[6]) for s in row.per_step] == expected
     assert all(zero_w > zero > 0 for zero, zero_w in expected), expected
     assert row.zero_grad_cast_share > row.zero_grad_share
+
+
+def _history(means: list[float], closed: list[int] | None = None, count: int = 8192) -> list[tuple]:
+    """Planted per-step entries (count, closed, saturated, backward, zero, mean, zero cast back)."""
+    closed = closed or [0] * len(means)
+    return [(count, c, 0, count, 0, m, 0) for m, c in zip(means, closed)]
+
+
+@pytest.mark.parametrize("means,closed,window,want", [
+    ([0.50, 0.45, 0.47, 0.40, 0.33, 0.24], None, 1, "closing"),  # halved with an uptick (the review's layer)
+    ([0.50, 0.42, 0.44, 0.30, 0.26, 0.24], None, 2, "closing"),  # the same by windows of two
+    ([0.50, 0.52, 0.48, 0.51, 0.49, 0.50], None, 1, "steady"),  # ±4 % noise about a steady mean
+    ([0.50, 0.49, 0.48, 0.47, 0.46, 0.45], None, 1, "steady"),  # a 10 % drift: below the 20 % line
+    ([0.50, 0.50, 0.50, 0.50], [0, 20, 10, 54 * 2], 1, "closing"),  # closed 0 → 1.3 %, mean unchanged
+    ([0.50, 0.24], None, 1, "—"),  # two windows: too few to tell
+])
+def test_closing_compares_the_first_window_with_the_last(means, closed, window, want):
+    from softcapgrad.training.gaterows import trend
+
+    assert trend(_history(means, closed), window) == want

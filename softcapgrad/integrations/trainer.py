@@ -21,7 +21,7 @@ elements past the eager path's first zero, which the patch's gradient no longer 
 
 ``gates=True`` also watches the same steps with ``softcapgrad.GateMonitor`` (one for the whole run, so
 that its windows see the drift): per gate site ``gates/<module>/<fn>/closed``, ``…/zero_grad`` and
-``…/mean`` of the watched step, and ``gates/closing``, the number of sites closing window after window
+``…/mean`` of the watched step, and ``gates/closing``, the number of sites closing (first window to last)
 (``gate_window`` watched steps each).
 """
 

@@ -15,8 +15,8 @@ ops, in the format they really ran in (below autocast). Per gate site and watche
                 input (Laguna: softplus in fp32 on g_proj's bf16 output), where such a cast lies there
     mean        the mean gate, summed in float64
 
-A site whose mean falls, or whose closed share rises, window after window (``window`` watched steps each,
-three windows at least), is named ``closing``.
+A site whose mean fell by 20 % or more, or whose closed share rose by 0.01 or more, from the first window
+(``window`` watched steps) to the last, three windows at least, is named ``closing`` (gaterows.trend).
 
 What counts as a gate follows the census (softcapgrad.models.contracts): a sigmoid multiplied by its own
 input (x·σ(αx): QuickGELU and friends) is an activation and is left out; a softmax is a router only when

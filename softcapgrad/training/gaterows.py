@@ -25,6 +25,9 @@ _INTS = _BITS | {1: torch.int8}  # a float format's bits, as integers of its wid
 
 CLOSED = 1e-3  # of the gate's range
 WINDOWS = 3  # windows a trend needs before a site is named closing
+FALL = 0.2  # closing: the last window's mean gate at most 80 % of the first's (a halving is far past it; a gate's mean
+# over thousands of elements moves by a few % between steps of a steady run)
+RISE = 0.01  # or the closed share up by one element in a hundred from the first window to the last
 
 
 @dataclass(frozen=True)
@@ -88,18 +91,21 @@ class Step:
 
 
 def trend(history: list[tuple], window: int) -> str:
-    """closing: the mean falls, or the closed share rises, from each window of ``window`` steps to the next; "—"
-    before WINDOWS windows. ``history``: a site's (count, closed, saturated, backward, zero, mean) per step."""
+    """closing: from the first window of ``window`` watched steps to the last, the mean gate fell by FALL of itself
+    or more, or the closed share rose by RISE or more; "—" before WINDOWS windows. A window comparison, not a run of
+    falls: a gate that halves over the run is closing whatever upticks lie between (a fall at every transition, the
+    old rule, let one uptick hide it). ``history``: a site's (count, closed, saturated, backward, zero, mean, …) per
+    step."""
     windows = [history[i:i + window] for i in range(0, len(history) - len(history) % window, window)]
     if len(windows) < WINDOWS:
         return "—"
     means, closed = [], []
-    for w in windows:
+    for w in (windows[0], windows[-1]):
         count = sum(h[0] for h in w)
         means.append(sum(h[0] * h[5] for h in w) / count if count else 0.0)
         closed.append(sum(h[1] for h in w) / count if count else 0.0)
-    falls = all(b < a for a, b in zip(means, means[1:]))
-    rises = all(b > a for a, b in zip(closed, closed[1:]))
+    falls = means[1] <= (1.0 - FALL) * means[0]
+    rises = closed[1] - closed[0] >= RISE
     return "closing" if falls or rises else "steady"
 
 
@@ -146,9 +152,10 @@ GATE_NOTES = (
     "(what its weights see; — where no cast lies between); mean: the mean gate (float64 sum); all over the watched "
     "steps, per step in the JSON (per_step: count, closed, saturated, backward count, zero grad, mean, zero grad "
     "cast back)",
-    f"trend: closing when the mean falls, or the closed share rises, from each window of watched steps to the next "
-    f"({WINDOWS} windows at least; — before that); stuck open from: the input from which autograd's gradient is "
-    "exactly 0 with the gate open (σ stored as 1.0; a softplus gate's never dies open)",
+    f"trend: closing when, from the first window of watched steps to the last, the mean fell by {FALL:.0%} or more "
+    f"or the closed share rose by {RISE:g} or more ({WINDOWS} windows at least; — before that); stuck open from: "
+    "the input from which autograd's gradient is exactly 0 with the gate open (σ stored as 1.0; a softplus gate's "
+    "never dies open)",
 )
 
 
@@ -164,7 +171,7 @@ def gate_sentences(rows: list[dict], hidden: str | None) -> tuple[str, ...]:
            f"{_share(rows, 'closed_share')} of a site's elements were closed, {_share(rows, 'saturated_share')} "
            f"stored saturated and " + (f"{_share(seen, 'zero_grad_share')} got an exactly-zero gradient." if seen else
                                        "no site's backward was seen (compiled code)."),
-           (f"Closing, window after window: {', '.join(closing[:3])}{', …' if len(closing) > 3 else ''}." if closing
+           (f"Closing, first window to last: {', '.join(closing[:3])}{', …' if len(closing) > 3 else ''}." if closing
             else "No site is closing.")]
     cast = [r for r in seen if r.get("zero_grad_cast_share") is not None
             and r["zero_grad_cast_share"] != r["zero_grad_share"]]
