@@ -219,3 +219,32 @@ def test_the_patch_keeps_each_gate_s_learnt_opening_when_the_loss_leaves_the_gat
     assert float(moved[None].max()) <= bound, (moved[None], bound)
     assert float(moved["global"].max()) > 100 * bound  # the old default: one target per layer
     assert float(moved["local"].min()) > 0.05, moved["local"]  # every gate to 0.5
+
+
+def test_a_trainer_callback_steps_the_spring_with_the_scheduler_s_lr(tmp_path):
+    """softcapgrad.TetherCallback in a real Trainer (4 steps, a linear schedule): after each optimizer step the spring
+    runs with the lr that step used, as TetherPatch.step called by hand there does, bit for bit; a θ left out of the
+    optimizer is one line."""
+    pytest.importorskip("accelerate")
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Spring(TrainerCallback):  # by hand: the lr the scheduler set for the step just taken
+        def __init__(self, p):
+            self.p = p
+
+        def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            self.p.step(state.global_step + 1, optimizer.param_groups[0]["lr"])
+
+    thetas = []
+    for make in (softcapgrad.TetherCallback, Spring):
+        model = laguna()
+        p = softcapgrad.patch(model, gates="tether")
+        args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2,
+                                 learning_rate=1e-2, lr_scheduler_type="linear", report_to="none", save_strategy="no",
+                                 use_cpu=True, dataloader_num_workers=0, disable_tqdm=True, seed=0)
+        data = [{"input_ids": row, "labels": row} for row in IDS.repeat(4, 1)]
+        Trainer(model=model, args=args, train_dataset=data, callbacks=[make(p)]).train()
+        thetas.append(torch.cat([g.theta.detach().clone() for g in p.gates]))
+    assert torch.equal(thetas[0], thetas[1]) and bool(thetas[0].abs().sum() > 0)
+    with pytest.raises(ValueError, match="patch the model before"):
+        softcapgrad.TetherCallback(p)._lr(torch.optim.SGD(model.lm_head.parameters(), lr=0.1))

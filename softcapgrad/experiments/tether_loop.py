@@ -171,7 +171,9 @@ def _phase(model, opt, tether, d: Design, seed: int, phase: int, steps: int, fir
 
 
 def _probe_then_step(model, opt, tether, x, y, t, d: Design, stop: bool) -> tuple[float, bool]:
-    """The batch's loss before its update; phase B: recovered batches are not stepped on."""
+    """The batch's loss before its update; phase B: recovered batches are not stepped on. The probe forward runs in
+    training mode, so in phase B the tether arm's gates observe each batch twice (its EMA decays by 0.99² a step, the
+    other arms have no EMA): kept as the committed results ran it, and said in docs/tether-experiment.md."""
     import torch
 
     if stop:

@@ -197,3 +197,29 @@ class DeadZoneCallback(TrainerCallback):
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(self.pending)  # the Trainer put a copy of the logs there
         self.pending = {}
+
+
+class TetherCallback(TrainerCallback):
+    """Steps the spring of ``softcapgrad.patch(model, gates="tether")`` after each optimizer step of a Trainer.
+
+    ``TetherCallback(patch)``, the patch made before the Trainer builds its optimizer (so θ is in it): after each
+    optimizer step (``on_optimizer_step``, before the scheduler moves the lr on) the spring runs with k = lr·wd, lr
+    the one that step used in the optimizer's group holding the gates' θ. ``wd``, ``g_target`` and ``anchor`` are
+    TetherPatch.step's (default: each gate held at its own opening on the first training batch)."""
+
+    def __init__(self, patch, wd: float | None = None, g_target: float | None = None,
+                 anchor: str | None = None) -> None:
+        self.patch, self.options = patch, {"g_target": g_target, "anchor": anchor}
+        if wd is not None:
+            self.options["wd"] = wd
+
+    def _lr(self, optimizer) -> float:
+        theta = {id(g.theta) for g in self.patch.gates}
+        for group in getattr(optimizer, "param_groups", ()):
+            if any(id(p) in theta for p in group["params"]):
+                return float(group["lr"])
+        raise ValueError("the optimizer holds no tether gate's θ: patch the model before the Trainer builds its "
+                         "optimizer")
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        self.patch.step(state.global_step + 1, self._lr(optimizer), **self.options)  # the step just taken

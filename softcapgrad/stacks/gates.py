@@ -101,7 +101,8 @@ def gate_rows(dtype: np.dtype, fn: str, engines: list[str], no_compiler: str = "
                                                  if g != 1.0 else None)
         for engine in engines:
             row = {"fn": fn, "dtype": dtype.name, "side": side, "engine": engine, "upstream": g,
-                   "first_zero_grad_input": None, "every_zero_from": None, "monotone": None, "law_exact": exact, "law_torch_formula": formula, "agrees_with": "",
+                   "first_zero_grad_input": None, "every_zero_from": None, "monotone": None, "law_exact": exact,
+                   "law_torch_formula": formula, "agrees_with": "",
                    "source": "measured", "reason": ""}
             if engine == "compiled" and no_compiler:
                 rows.append({**row, "source": "not measured", "reason": no_compiler})

@@ -6,17 +6,14 @@ softplus gate's g·σ(x) from the input, a softmax router's p ⊙ (u − ⟨u, p
 ops, in the format they really ran in (below autocast). Per gate site and watched step it counts
 
     closed      elements below 1e-3 of the gate's range (σ and softmax: y < 1e-3; softplus, which has no top:
-                y < 1e-3 of a unit gate); y and 1e-3 compared as real numbers, whatever the format and the
-                call's size (gaterows.closed_below)
+                y < 1e-3 of a unit gate), as real numbers in every format and size (gaterows.closed_below)
     saturated   elements stored as exactly the value the function only approaches (σ, softmax: 0 or 1;
                 softplus: 0)
-    zero_grad   elements whose backward returned exactly 0 under a non-zero upstream gradient; and the same on
-                the gradient the weights see, cast back through every cast between the layer's output and the gate's
-                input (Laguna: softplus in fp32 on g_proj's bf16 output), where such a cast lies there
+    zero_grad   elements whose backward returned exactly 0 under a non-zero upstream gradient; again after the
+                casts back to the layer feeding the gate, where the weights see it (gatecount.casts_back)
     mean        the mean gate, summed in float64
 
-A site whose mean fell by 20 % or more, or whose closed share rose by 0.01 or more, from the first window
-(``window`` watched steps) to the last, three windows at least, is named ``closing`` (gaterows.trend).
+A site whose mean fell 20 %, or closed share rose 0.01, from its first window to its last is closing (gaterows.trend).
 
 What counts as a gate follows the census (softcapgrad.models.contracts): a sigmoid multiplied by its own
 input (x·σ(αx): QuickGELU and friends) is an activation and is left out; a softmax is a router only when
@@ -192,8 +189,7 @@ class GateMonitor(SitedMode):
         for site, s in self._block.items():
             if s.count or s.backward:
                 self._history.setdefault(site, []).append(
-                    (s.count, s.closed, s.saturated, s.backward, s.zero, s.total / s.count if s.count else 0.0,
-                     s.zero_cast))
+                    (s.count, s.closed, s.saturated, s.backward, s.zero, s.total / s.count if s.count else 0.0, s.zero_cast))
                 r = self._ranges.setdefault(site, [s.low, s.high])
                 r[0], r[1] = min(r[0], s.low), max(r[1], s.high)
         self._block = {}
@@ -386,9 +382,8 @@ class GateMonitor(SitedMode):
                 module=f"{qualifier}/{site.module}" if qualifier else site.module, site=site.site, fn=site.fn,
                 dtype=site.dtype, steps=len(history), count=count, closed_share=closed / count if count else 0.0,
                 saturated_share=saturated / count if count else 0.0,
-                zero_grad_share=zero / backward if backward else None,
+                zero_grad_share=zero / backward if backward else None, mean_gate=mean, trend=self.trend(history),
                 zero_grad_cast_share=zero_cast / backward if backward and self._casts.get(site) else None,
-                mean_gate=mean, trend=self.trend(history),
                 stuck_open_from=zone.open_from, stuck_shut_from=zone.shut_from, min_input=low, max_input=high,
                 source=zone.source, per_step=tuple(history)))
         return rows

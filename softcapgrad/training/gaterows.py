@@ -144,7 +144,8 @@ def _share(rows: list[dict], key: str) -> str:
 
 GATE_COLUMNS = ("module", "fn", "dtype", "closed_share", "saturated_share", "zero_grad_share", "mean_gate",
                 "trend")
-GATE_WIDE = ("zero_grad_cast_share", "site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input", "max_input", "source")
+GATE_WIDE = ("zero_grad_cast_share", "site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input",
+             "max_input", "source")
 GATE_NOTES = (
     f"closed: share below {CLOSED:g} of the gate's range (softplus: below {CLOSED:g}); saturated: stored as exactly "
     "0 or 1 (softplus: 0); zero grad: share of the backward's elements exactly 0 where the upstream gradient was "
