@@ -16,9 +16,10 @@ demonstrations) < ``models`` (real models and files) < ``ledger`` (the claims an
 
 __version__ = "0.1.0"
 
-__all__ = ["DeadZoneCallback", "DeadZoneMonitor", "GateMonitor", "SoftCap", "fp32_tanh_backward", "patch", "softcap", "__version__"]
+__all__ = ["DeadZoneCallback", "DeadZoneMonitor", "GateMonitor", "SoftCap", "TetherCallback", "fp32_tanh_backward", "patch",
+           "softcap", "__version__"]
 
-_LAZY = {"DeadZoneCallback": "integrations.trainer",
+_LAZY = {"DeadZoneCallback": "integrations.trainer", "TetherCallback": "integrations.trainer",
          "softcap": "training.remedy", "SoftCap": "training.remedy", "DeadZoneMonitor": "stacks.watch", "GateMonitor": "stacks.watch",
          "fp32_tanh_backward": "training.fp32grad", "patch": "training.fp32grad"}
 

@@ -177,7 +177,86 @@ def test_knee_sigmoid_keeps_its_knee_and_adds_both_sides(cli):
 @pytest.mark.skipif(bool(cxx_compiler_missing()), reason="torch.compile on the CPU needs a C++ compiler")
 def test_horizon_fn_sigmoid_json(cli):
     code, data, _, _ = cli("horizon", "--fn", "sigmoid", "--json")
-    assert code == 0 and data["params"] == {"fn": "sigmoid", "dtype": "bfloat16", "engines": ["eager", "compiled"]}
+    assert code == 0 and data["params"] == {"fn": "sigmoid", "dtype": "bfloat16", "engines": ["eager", "compiled"],
+                                            "upstream": 1.0, "loss_scale": 1.0, "g": 1.0}
     assert [(r["side"], r["engine"], r["first_zero_grad_input"]) for r in data["rows"]] == [
         ("+", "eager", 6.25), ("+", "compiled", 6.25), ("−", "eager", -89.0), ("−", "compiled", -89.0)]
     assert 1 <= len(data["answer"]) <= 3 and "-89" in data["answer"][0]
+
+
+# --- an upstream gradient other than 1 ----------------------------------------------------------
+
+UPSTREAMS = [1.0, 1e-3, 1e-6]  # ones; a small gradient; the one at which fp16's σ dies from |x| ≈ 3.5
+
+
+def _brute_zeros(dtype: np.dtype, fn: str, side: str, g: float) -> tuple[float | None, float | None]:
+    """(first zero, start of the last run of zeros) of torch's eager backward with every element's upstream g, over
+    every value of the format on one side, going out from 0."""
+    sign = 1.0 if side == "+" else -1.0
+    v = formats.positive_values(dtype).astype(np.float64)
+    x = torch.from_numpy(sign * v).to(formats.torch_dtype(dtype)).requires_grad_()
+    f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
+    y = f(x)
+    (grad,) = torch.autograd.grad(y, x, torch.full_like(y, g))
+    zero = (grad == 0).numpy()
+    if not zero.any():
+        return None, None
+    live = np.flatnonzero(~zero)
+    last = int(live[-1]) + 1 if live.size else 0
+    return sign * v[int(np.argmax(zero))], (sign * v[last] if last < v.size else None)
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("fn", gates.GATES)
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_the_first_zero_for_an_upstream_g_is_torch_s_backward_over_every_value(name, fn, upstream):
+    """gate_rows with an upstream g against autograd over every value of the format: the first zero and where every
+    gradient is 0 from, each side; and the law (torch's formula times g) gives the first zero too."""
+    dtype = formats.resolve(name)
+    g = measured.upstream_in(dtype, upstream)
+    for row in measured.gate_rows(dtype, fn, ["eager"], g=g):
+        want = _brute_zeros(dtype, fn, row["side"], g)
+        assert (row["first_zero_grad_input"], row["every_zero_from"]) == want, row
+        assert row["law_torch_formula"] == want[0] and row["agrees_with"] in ("both", "torch's formula"), row
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("fn", gates.GATES)
+def test_the_fp32_first_zero_for_an_upstream_g_is_where_torch_s_backward_turns_0(fn, upstream):
+    """fp32 is bisected: torch's backward is 0 at the first zero found, not at the value just inside it, and
+    torch's formula times g puts it at the same value."""
+    dtype = formats.resolve("fp32")
+    for row in measured.gate_rows(dtype, fn, ["eager"], g=upstream):
+        x = row["first_zero_grad_input"]
+        if x is None:
+            assert fn == "softplus" and row["side"] == "+"  # σ(x)·g ≥ g/2 for x > 0: never 0
+            continue
+        inside = float(np.nextafter(np.float32(x), np.float32(0)))
+        grads = measured.gate_gradient(np.array([x, inside]), dtype, fn, g=upstream)
+        assert grads[0] == 0 and grads[1] != 0 and row["law_torch_formula"] == x, row
+
+
+def test_fp16_sigmoid_at_a_small_upstream_dies_early_and_not_monotonically():
+    """fp16, g = fp16(1e-6) ≈ 1.013e-6 (subnormal): (g·(1 − y))·y rounds to 0 from x ≈ 3.49 and −3.43, far inside the
+    points for g = 1 (8.32 and −17.34); on the negative side some inputs past the first zero get a gradient again."""
+    rows = {r["side"]: r for r in measured.gate_rows(FP16, "sigmoid", ["eager"], g=measured.upstream_in(FP16, 1e-6))}
+    assert rows["+"]["first_zero_grad_input"] == rows["+"]["every_zero_from"] == 3.4921875
+    assert rows["−"]["first_zero_grad_input"] == -3.43359375 and rows["−"]["every_zero_from"] == -3.498046875
+    assert rows["−"]["monotone"] is False
+
+
+def test_horizon_upstream_and_loss_scale_json(cli, monkeypatch):
+    """--upstream G --loss-scale S: g = G·S rounded to the format, in the params and rows; S = 2^16 brings fp16's
+    g = 1e-6 back to where g = 1e-6·2^16 puts the first zero; a product that rounds to 0 is one line, exit 2."""
+    monkeypatch.setattr(measured.runners, "cxx_compiler_missing", lambda: "not compiled here")  # eager rows only
+    code, data, _, _ = cli("horizon", "--fn", "sigmoid", "--dtype", "fp16", "--upstream", "1e-6", "--loss-scale",
+                           "65536", "--json")
+    g = float(np.float16(1e-6 * 65536))
+    assert code == 0 and data["params"]["g"] == g and data["params"]["loss_scale"] == 65536
+    scaled = {r["side"]: r["first_zero_grad_input"] for r in data["rows"] if r["engine"] == "eager"}
+    plain = {r["side"]: r["first_zero_grad_input"] for r in measured.gate_rows(FP16, "sigmoid", ["eager"], g=g)}
+    assert scaled == plain and scaled["+"] > 3.5
+    code, _, _, err = cli("horizon", "--fn", "sigmoid", "--dtype", "fp16", "--upstream", "1e-9")
+    assert code == 2 and "rounds to 0" in err and len(err.strip().splitlines()) == 1
+    code, _, _, err = cli("horizon", "--upstream", "0.5")
+    assert code == 2 and "--upstream" in err

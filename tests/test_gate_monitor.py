@@ -207,7 +207,8 @@ def test_a_gate_read_from_its_node_counts_as_the_modes_do_and_a_changed_path_is_
     _fed_step(model, x, monitor)  # the calls watch counts it
     _fed_step(model, x, monitor, grad=False)  # a forward alone
     (row,) = monitor.rows()
-    steps = row.per_step
+    steps = tuple(s[:6] for s in row.per_step)  # the seventh, the zeros cast back, is the fifth here: no cast
+    assert all(s[6] == s[4] for s in row.per_step) and row.zero_grad_cast_share is None
     assert row.steps == 6 and steps[:4] == (plain,) * 4 and plain[1] and plain[2] and plain[4]
     scaled = _brute(model, x)
     assert steps[4][:3] == scaled[:3] and steps[4][4] == scaled[4]
@@ -282,8 +283,9 @@ def test_a_small_gate_whose_input_changes_in_place_before_the_step_ends_is_not_c
     step(True)  # the calls watch counts the gate as σ ran
     (row,) = monitor.rows()
     expected = _brute(model, x)
-    assert row.steps == 5 and row.per_step[:4] == (expected,) * 4  # the changed step holds no entry at all
-    assert row.per_step[4] == expected and row.per_step[4][1] == 0  # nothing closed: σ ran before the change
+    per_step = tuple(s[:6] for s in row.per_step)  # the seventh, the zeros cast back: no cast here
+    assert row.steps == 5 and per_step[:4] == (expected,) * 4  # the changed step holds no entry at all
+    assert per_step[4] == expected and per_step[4][1] == 0  # nothing closed: σ ran before the change
 
 
 def test_a_gate_the_torch_calls_do_not_show_keeps_the_dispatch_watch():

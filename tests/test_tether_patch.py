@@ -102,7 +102,7 @@ def test_spring_pulls_theta_to_its_anchor():
     target = anchor_targets(gate, 0.5, "global").clone()
     before = (gate.theta - target).clone()
     lr, wd = 1e-2, 20.0
-    assert p.step(1, lr, wd) == 0.0 and bool((gate.floor == 0).all())
+    assert p.step(1, lr, wd, g_target=0.5) == 0.0 and bool((gate.floor == 0).all())  # a hand target: global
     after = gate.theta - target
     torch.testing.assert_close(after, before * (1 - lr * wd), rtol=1e-6, atol=1e-7)
     # the softplus link's anchor: θ* = EMA(u) − log(e^0.5 − 1)
@@ -149,3 +149,102 @@ def test_compiled_patched_model_matches_eager():
     torch.testing.assert_close(compiled, eager, rtol=0, atol=16 * 2.0**-24 * scale)
     for g, w in zip(p.gates, want):
         torch.testing.assert_close(g.theta.grad, w, rtol=1e-4, atol=1e-5 * float(w.abs().max()))
+
+
+def _openings(model, patched: bool) -> torch.Tensor:
+    """Each head gate's opening on IDS: its output's mean over the tokens, per layer and head (float64)."""
+    seen = []
+
+    def keep(module, args, out) -> None:  # None: a forward hook's result would replace the output
+        g = out if patched else torch.nn.functional.softplus(out.float())
+        seen.append(g.detach().double().reshape(-1, g.shape[-1]).mean(0))
+
+    hooks = [(a.tether_gate if patched else a.g_proj).register_forward_hook(keep)
+             for a in (layer.self_attn for layer in model.model.layers)]
+    with torch.no_grad():
+        model(input_ids=IDS)
+    for h in hooks:
+        h.remove()
+    return torch.stack(seen)
+
+
+def _set_openings(model, means: list[float]) -> None:
+    """Shift each head's g_proj row along the tokens' mean input μ so that its mean u on IDS is ``means[i]``."""
+    for layer in model.model.layers:
+        proj, kept = layer.self_attn.g_proj, []
+        hook = proj.register_forward_hook(lambda m, args, out: kept.append((args[0].detach(), out.detach())) and None)
+        with torch.no_grad():
+            model(input_ids=IDS)
+        hook.remove()
+        h, u = kept[0]
+        mu = h.reshape(-1, h.shape[-1]).mean(0)
+        with torch.no_grad():
+            for i, m in enumerate(means):
+                proj.weight[i] += (m - u.reshape(-1, u.shape[-1])[:, i].mean()) * mu / mu.dot(mu)
+
+
+def test_the_patch_keeps_each_gate_s_learnt_opening_when_the_loss_leaves_the_gates_alone():
+    """Laguna's softplus head gates set to four openings per layer (mean u −3, −1, 0.5, 2: openings 0.17 to 2.3,
+    softplus' own units), patched, then 40 AdamW steps (lr 1e-2; the spring's k = lr·wd = 0.2 leaves 0.8⁴⁰ ≈ 1e-4 of
+    a gap) on the same batch with a loss on the output head's
+    weights alone: the forward runs (each gate's EMA observes its input) but no gradient reaches the gates' branch.
+    The default spring holds each gate at the opening it had on the first batch: θ* = EMA(u) − m₀ with EMA(u) the EMA
+    of the same mean m₀, which its roundings (two of 2⁻²⁴ relative per step) keep within 2·2⁻²⁴·|m₀|/(1 − 0.99) of
+    m₀; softplus' slope is below 1, so each opening moves by at most |θ| ≤ 256·2⁻²⁴·max|m₀|. The hand target
+    g_target = 0.5 pulls the gates instead: with tethergate.md's global anchor (one target per layer, the old default)
+    by more than 100 times that bound, with a local one every gate by > 0.05."""
+    means = [-3.0, -1.0, 0.5, 2.0]
+    bound = 256 * 2.0**-24 * max(abs(m) for m in means)
+    moved = {}
+    for g_target, anchor in ((None, None), (0.5, "global"), (0.5, "local")):
+        model = laguna()
+        _set_openings(model, means)
+        before = _openings(model, patched=False)
+        assert before.min() < 0.2 and before.max() > 2.0  # several openings, some above 1
+        p = softcapgrad.patch(model, gates="tether")
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+        for t in range(1, 41):
+            opt.zero_grad(set_to_none=True)
+            model(input_ids=IDS)
+            model.lm_head.weight.square().mean().backward()
+            opt.step()
+            p.step(t, 1e-2, g_target=g_target, anchor=anchor)
+        model.eval()
+        moved[anchor] = (_openings(model, patched=True) - before).abs()
+        if g_target is None:
+            held = torch.tensor(p.held_openings(), dtype=torch.float64)  # link(m₀), m₀ set to float32 rounding
+            want = torch.nn.functional.softplus(torch.tensor(means * 2, dtype=torch.float64))
+            assert float((held - want).abs().max()) <= 16 * 2.0**-24 * max(abs(m) for m in means)
+    assert float(moved[None].max()) <= bound, (moved[None], bound)
+    assert float(moved["global"].max()) > 100 * bound  # the old default: one target per layer
+    assert float(moved["local"].min()) > 0.05, moved["local"]  # every gate to 0.5
+
+
+def test_a_trainer_callback_steps_the_spring_with_the_scheduler_s_lr(tmp_path):
+    """softcapgrad.TetherCallback in a real Trainer (4 steps, a linear schedule): after each optimizer step the spring
+    runs with the lr that step used, as TetherPatch.step called by hand there does, bit for bit; a θ left out of the
+    optimizer is one line."""
+    pytest.importorskip("accelerate")
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Spring(TrainerCallback):  # by hand: the lr the scheduler set for the step just taken
+        def __init__(self, p):
+            self.p = p
+
+        def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            self.p.step(state.global_step + 1, optimizer.param_groups[0]["lr"])
+
+    thetas = []
+    for make in (softcapgrad.TetherCallback, Spring):
+        model = laguna()
+        p = softcapgrad.patch(model, gates="tether")
+        args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2,
+                                 learning_rate=1e-2, lr_scheduler_type="linear", report_to="none", save_strategy="no",
+                                 use_cpu=True, dataloader_num_workers=0, disable_tqdm=True, seed=0)
+        data = [{"input_ids": row, "labels": row} for row in IDS.repeat(4, 1)]
+        Trainer(model=model, args=args, train_dataset=data, callbacks=[make(p)]).train()
+        thetas.append(torch.cat([g.theta.detach().clone() for g in p.gates]))
+    assert torch.equal(thetas[0], thetas[1]) and bool(thetas[0].abs().sum() > 0)
+    with pytest.raises(ValueError, match="patch the model before"):
+        softcapgrad.TetherCallback(p)._lr(torch.optim.SGD(model.lm_head.parameters(), lr=0.1))

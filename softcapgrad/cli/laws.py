@@ -162,6 +162,13 @@ def horizon(
     fn: Annotated[Optional[str], typer.Option("--fn", help=f"{one_of(HORIZON_FUNCTIONS)}: the soft-cap c·tanh(a/c) "
                                                            "(default), or a sigmoid or softplus gate on its own, "
                                                            "eager and compiled.")] = None,
+    upstream: Annotated[Optional[float], typer.Option(
+        "--upstream", callback=Bound(0.0, FP64_MAX, "a gradient's size: a positive float64", lo_open=True),
+        help="With --fn: the upstream gradient G the gate's output receives (default 1; times --loss-scale, rounded "
+             "once to --dtype).")] = None,
+    loss_scale: Annotated[Optional[float], typer.Option(
+        "--loss-scale", callback=Bound(0.0, FP64_MAX, "a positive float64", lo_open=True),
+        help="With --fn: the loss scale S the upstream gradient carries (default 1: no loss scaling).")] = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -177,6 +184,9 @@ def horizon(
             not_with({"--cap": cap, "--at": at, "--sweep": sweep, "--path": path, "--scores": scores,
                       "--sigmoid-max": sigmoid_max, "--sigmoid-scale": sigmoid_scale, "--sigmoid-shift": sigmoid_shift,
                       "--plot": plot}, f"with --fn {gate}: a gate on its own has no cap; --dtype gives its format")
+        if gate == "tanh":
+            not_with({"--upstream": upstream, "--loss-scale": loss_scale}, "without --fn sigmoid|softplus (the cap's "
+                                                                            "horizon is for an upstream of 1)")
         caps = positives("--cap", cap or [30.0, 50.0])
         probes = [float(a) for a in at] if at else None
         if path:
@@ -203,7 +213,14 @@ def horizon(
         if gate != "tanh":
             from softcapgrad.stacks.gates import gate_horizon_report
 
-            return gate_horizon_report(gate, fmt)
+            from softcapgrad.stacks.gates import upstream_in
+
+            G, S = (1.0 if upstream is None else upstream), (1.0 if loss_scale is None else loss_scale)
+            g = upstream_in(fmt, G, S)
+            if not (0 < g < math.inf):
+                raise InputError(f"--upstream {G:g} × --loss-scale {S:g} = {G * S:g} rounds to {g:g} in {fmt.name}: "
+                                 "a gradient the gate's backward can receive must be positive and finite there")
+            return gate_horizon_report(gate, fmt, G, S)
         caps = [cap_in_format("--cap", c, fmt, "a/c and the tanh are computed") for c in caps]
         bounds = cap_range(fmt)
         caps = [in_range("--cap", c, bounds.lo, bounds.hi, bounds.why) for c in caps]

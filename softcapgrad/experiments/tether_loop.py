@@ -129,7 +129,7 @@ def _step(model, opt, tether, x, y, t: int, d: Design, monitor=None) -> float:
     loss.backward()
     opt.step()
     if tether is not None:
-        tether.step(t, d.lr)
+        tether.step(t, d.lr, g_target=0.5, anchor="global")  # the design's spring (tethergate.md's defaults)
     return float(loss.detach())
 
 
@@ -171,7 +171,9 @@ def _phase(model, opt, tether, d: Design, seed: int, phase: int, steps: int, fir
 
 
 def _probe_then_step(model, opt, tether, x, y, t, d: Design, stop: bool) -> tuple[float, bool]:
-    """The batch's loss before its update; phase B: recovered batches are not stepped on."""
+    """The batch's loss before its update; phase B: recovered batches are not stepped on. The probe forward runs in
+    training mode, so in phase B the tether arm's gates observe each batch twice (its EMA decays by 0.99² a step, the
+    other arms have no EMA): kept as the committed results ran it, and said in docs/tether-experiment.md."""
     import torch
 
     if stop:

@@ -21,7 +21,7 @@ elements past the eager path's first zero, which the patch's gradient no longer 
 
 ``gates=True`` also watches the same steps with ``softcapgrad.GateMonitor`` (one for the whole run, so
 that its windows see the drift): per gate site ``gates/<module>/<fn>/closed``, ``…/zero_grad`` and
-``…/mean`` of the watched step, and ``gates/closing``, the number of sites closing window after window
+``…/mean`` of the watched step, and ``gates/closing``, the number of sites closing (first window to last)
 (``gate_window`` watched steps each).
 """
 
@@ -47,11 +47,13 @@ def gate_figures(monitor: GateMonitor) -> dict[str, float]:
     for r in rows:
         if r.steps != monitor.watched:
             continue  # the site did not run in the last watched step
-        count, closed, _, backward, zero, mean = r.per_step[-1]
+        count, closed, _, backward, zero, mean, zero_cast = r.per_step[-1]
         name = f"{GATES}{r.module}/{r.fn}"
         out[f"{name}/closed"] = closed / count if count else 0.0
         if backward:
             out[f"{name}/zero_grad"] = zero / backward
+            if r.zero_grad_cast_share is not None:  # the gradient cast back to the layer's format
+                out[f"{name}/zero_grad_cast"] = zero_cast / backward
         out[f"{name}/mean"] = mean
     if rows:
         out[GATES + "closing"] = float(sum(r.trend == "closing" for r in rows))
@@ -195,3 +197,29 @@ class DeadZoneCallback(TrainerCallback):
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(self.pending)  # the Trainer put a copy of the logs there
         self.pending = {}
+
+
+class TetherCallback(TrainerCallback):
+    """Steps the spring of ``softcapgrad.patch(model, gates="tether")`` after each optimizer step of a Trainer.
+
+    ``TetherCallback(patch)``, the patch made before the Trainer builds its optimizer (so θ is in it): after each
+    optimizer step (``on_optimizer_step``, before the scheduler moves the lr on) the spring runs with k = lr·wd, lr
+    the one that step used in the optimizer's group holding the gates' θ. ``wd``, ``g_target`` and ``anchor`` are
+    TetherPatch.step's (default: each gate held at its own opening on the first training batch)."""
+
+    def __init__(self, patch, wd: float | None = None, g_target: float | None = None,
+                 anchor: str | None = None) -> None:
+        self.patch, self.options = patch, {"g_target": g_target, "anchor": anchor}
+        if wd is not None:
+            self.options["wd"] = wd
+
+    def _lr(self, optimizer) -> float:
+        theta = {id(g.theta) for g in self.patch.gates}
+        for group in getattr(optimizer, "param_groups", ()):
+            if any(id(p) in theta for p in group["params"]):
+                return float(group["lr"])
+        raise ValueError("the optimizer holds no tether gate's θ: patch the model before the Trainer builds its "
+                         "optimizer")
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        self.patch.step(state.global_step + 1, self._lr(optimizer), **self.options)  # the step just taken

@@ -1,8 +1,9 @@
 """Where a sigmoid or softplus gate saturates in a float format, and where its gradient is exactly 0.
 
 softmax-softplus-gates.md §5: softplus' = σ, σ' = σ(1 − σ). Autograd's sigmoid backward reads the stored
-output y, so g·y(1 − y) is exactly 0 where y is stored as 1.0 or as 0; for a stored 0 < y < 1 it rounds to a
-non-zero value in every format but fp4, whose 0.5·0.5 ties down to 0 (checked per format). Each point is
+output y, so g·y(1 − y) is exactly 0 where y is stored as 1.0 or as 0; for an upstream g = 1 and a stored
+0 < y < 1 it rounds to a non-zero value in every format but fp4, whose 0.5·0.5 ties down to 0 (checked per format).
+A smaller g underflows first: ``torch_backward_values`` is torch's backward for any g. Each point is
 the first value of the format, going out from 0, past which the stored result is the named one, found by
 searching the format's own values; beside it the real threshold, where a closed form exists:
 
@@ -232,6 +233,27 @@ def torch_formula_values(x: np.ndarray, dtype: np.dtype, what: str) -> np.ndarra
             z = np.exp(v)
             y = np.where(v > op(SOFTPLUS_THRESHOLD), one, z / (z + one))
     return y.astype(dtype).astype(np.float64)
+
+
+def torch_backward_values(x: np.ndarray, dtype: np.dtype, fn: str, g: float) -> np.ndarray:
+    """torch's CPU backward of the gate at ``x`` for an upstream gradient ``g`` (a value of the format), as float64:
+    the sigmoid's (g·(1 − y))·y from its stored output y (torch's formula above), softplus' (g·eˣ)/(eˣ + 1) (g past
+    the threshold 20), each product in float32 (float64 for fp64) in that order, rounded once to the format (the fp16
+    sigmoid's rounded to fp16 after each product, as torch's CPU kernel does: measured over every fp16 value). For g = 1
+    its zeros are the points above; for a small g the product underflows first (fp16, g = 1e-6: σ's from |x| ≈ 3.5)."""
+    op = cap_arithmetic(dtype)
+    v, a, one = x.astype(op), op(g), op(1.0)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if fn == "sigmoid" and dtype == np.float16:  # measured: torch's fp16 kernel rounds each product to fp16
+            y, a = torch_formula_values(x, dtype, "sigmoid").astype(dtype), dtype.type(g)
+            out = a * (dtype.type(1.0) - y) * y
+        elif fn == "sigmoid":
+            y = torch_formula_values(x, dtype, "sigmoid").astype(op)
+            out = a * (one - y) * y
+        else:
+            z = np.exp(v)
+            out = np.where(v > op(SOFTPLUS_THRESHOLD), a, a * z / (z + one))
+    return out.astype(dtype).astype(np.float64)
 
 
 def torch_predicate(dtype: np.dtype, point: str) -> Callable[[np.ndarray], np.ndarray]:

@@ -120,7 +120,7 @@ def health_rows(result) -> list[dict]:
             continue
         m = merged.setdefault((module, r.fn, r.dtype), {"row": r, "sums": [0] * 6, "layers": 0})
         m["layers"] += 1
-        for count, closed, saturated, backward, zero, mean in r.per_step:
+        for count, closed, saturated, backward, zero, mean, *_ in r.per_step:
             for i, v in enumerate((count, closed, saturated, backward, zero, count * mean)):
                 m["sums"][i] += v
     rows = []

@@ -5,7 +5,11 @@ Laguna's per-head gate). The anchored gate computes, per head,
 
     g = F + (1 − F)·link( clamp( β·(u − θ), arg_min, arg_max ) )
 
-and after each optimizer step the spring of tethergate.md moves θ towards θ* = EMA(u) − link⁻¹(g_target)/β.
+and after each optimizer step the spring of tethergate.md moves θ towards θ* = EMA(u) − a*/β, a* the argument
+the gate is held at for its mean input. By default a* is each gate's own: β·(m₀ − θ₀), m₀ its input's mean over the
+first training-mode batch after patching (the EMA's first observation; with micro-batches, the first of them) and
+θ₀ its θ then (0): the gate keeps the opening link(a*) it had learnt (in its own units: a softplus gate's may exceed
+1), and θ moves only where the loss moves u. ``g_target=`` sets a* = link⁻¹(g_target) by hand, for every gate.
 
 Equal to the model's gate at step 0, bit for bit: with θ = 0, β = 1, F = 0 and the clamp open
 (±∞), every step of the formula is exact in IEEE arithmetic: u − 0 = u, 1·u = u, clamp(u, −∞, ∞) = u,
@@ -41,6 +45,23 @@ class AnchoredGate(TetherGate):
         super().__init__(num_gates, beta, arg_min, arg_max, ema_decay, detach_signal, theta_init=0.0)
         self.link = link
         self.floor.fill_(0.0)
+        self.register_buffer("held_arg", torch.full((num_gates,), float("nan")))  # a* per gate, NaN until observed
+
+    def _observe(self, s: torch.Tensor) -> None:
+        """The EMA's update; on its first observation also a* = β·(EMA − θ), each gate's argument at its mean
+        input (written where still NaN, with no branch on a tensor, as the EMA is)."""
+        super()._observe(s)
+        a = self.held_arg
+        torch.where(a != a, self.beta * (self.ema_s - self.theta.detach()), a, out=a)
+
+    def anchor_argument(self, g_target: float | None):
+        """a*: each gate's measured one (a tensor; g_target None) or link⁻¹(g_target) for all."""
+        return self.held_arg if g_target is None else self.anchor_shift(g_target)
+
+    def held_openings(self) -> torch.Tensor:
+        """link(a*) per gate: the opening at the mean input the default spring holds (NaN before the first batch)."""
+        a = self.held_arg
+        return torch.sigmoid(a) if self.link == "sigmoid" else F.softplus(a)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         s = u.detach() if self.detach_signal else u
@@ -52,8 +73,10 @@ class AnchoredGate(TetherGate):
         return floor + (1.0 - floor) * g
 
     def anchor_shift(self, g_target: float) -> float:
-        """link⁻¹(g_target): logit for a sigmoid gate, log(e^g − 1) for a softplus one."""
+        """link⁻¹(g_target): logit for a sigmoid gate, log(e^g − 1) for a softplus one (any g > 0: its own units)."""
         if self.link == "softplus":
+            if not (g_target > 0 and math.isfinite(g_target)):
+                raise InputError(f"g_target must be a finite number > 0 for a softplus gate, got {g_target!r}")
             return math.log(math.expm1(g_target))
         return super().anchor_shift(g_target)
 

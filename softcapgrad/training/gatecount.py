@@ -5,6 +5,10 @@ watched block closes.
     closed     y below 1e-3 of the gate's range;  saturated: y stored as exactly 0 or 1 (softplus: 0)
     total      Σ y in float64, for the mean gate;  low, high: the range of the input x
     backward   elements through the backward;      zero: exactly 0 there under a non-zero upstream gradient
+    zero_cast  the same count on the gradient the weights see: the gate's gradient cast back through every cast
+               between the tensor a layer produced and the gate's input (``casts_back``; Laguna's softplus runs in
+               float32 on g_proj's bfloat16 output, so a float32 subnormal σ(x)·g below bf16's least subnormal
+               reaches g_proj as 0); equal to zero where no cast lies there
 
 ``Later`` keeps the calls of gates of at most ``_SMALL`` elements on the CPU (a head gate of a tiny model) and
 counts them when the block closes. Counted where they run, between the model's own kernels, those few reductions
@@ -62,16 +66,55 @@ def _listed(s: Step, fn: str, xs: list[float], ys: list[float]) -> None:
     s.low, s.high = min(s.low, low), max(s.high, high)
 
 
-def count_backward(s: Step, fn: str, grad_output: torch.Tensor, grad_input: torch.Tensor) -> None:
-    """Add the call's backward to the step's sums."""
+def count_backward(s: Step, fn: str, grad_output: torch.Tensor, grad_input: torch.Tensor,
+                   casts: tuple[torch.dtype, ...] = ()) -> None:
+    """Add the call's backward to the step's sums; ``casts``: the formats its gradient is cast to on its way back
+    (``casts_back`` of the gate's input)."""
     s.backward += grad_input.numel()
+    zero = _zeros(fn, grad_output, grad_input)
+    s.zero += zero
+    if casts:
+        for dtype in casts:  # as ToCopyBackward casts: round to nearest even, one format after the other
+            grad_input = grad_input.to(dtype)
+        zero = _zeros(fn, grad_output, grad_input)
+    s.zero_cast += zero
+
+
+def _zeros(fn: str, grad_output: torch.Tensor, grad_input: torch.Tensor) -> int:
+    """Elements of grad_input exactly 0 (±0) where grad_output is not."""
     if grad_input.device.type == "cpu" and grad_input.numel() <= _LISTED:  # as _listed: the definition, in floats
-        s.zero += sum(1 for i, o in zip(grad_input.reshape(-1).tolist(), grad_output.reshape(-1).tolist())
-                      if i == 0 and o != 0)
-    elif fn == "softmax":  # not elementwise: a zero upstream element does not give a zero gradient
-        s.zero += int(torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
-    else:
-        s.zero += int(_zero_grads(grad_output, grad_input))
+        return sum(1 for i, o in zip(grad_input.reshape(-1).tolist(), grad_output.reshape(-1).tolist())
+                   if i == 0 and o != 0)
+    if fn == "softmax":  # not elementwise: a zero upstream element does not give a zero gradient
+        return int(torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
+    return int(_zero_grads(grad_output, grad_input))
+
+
+_SAME_VALUES = ("ViewBackward", "UnsafeViewBackward", "ReshapeAliasBackward", "TransposeBackward", "TBackward",
+                "PermuteBackward", "UnsqueezeBackward", "SqueezeBackward", "CloneBackward", "AliasBackward")
+
+
+def casts_back(x: torch.Tensor) -> tuple[torch.dtype, ...]:
+    """The formats the gradient at ``x`` is cast to, in order, on its way back to the tensor a layer produced: the
+    ToCopyBackward nodes behind ``x``'s, through the nodes that move values without changing them (views,
+    transposes, clones), up to the first node that computes (a projection's). Another reader of a tensor on that
+    way would add its gradient before a cast; the count is the gate's own gradient's."""
+    out, node, current = [], x.grad_fn, x.dtype
+    for _ in range(16):  # a few nodes at most behind a gate's input
+        name = type(node).__name__
+        if name.startswith("ToCopyBackward"):
+            source, i = node.next_functions[0]
+            if source is None:
+                break  # a cast of a tensor no gradient reaches
+            dtype = source._input_metadata[i].dtype
+            if dtype != current:  # a copy to another device only casts nothing
+                out.append(dtype)
+            node, current = source, dtype
+        elif name.startswith(_SAME_VALUES) and node.next_functions and node.next_functions[0][0] is not None:
+            node = node.next_functions[0][0]
+        else:
+            break
+    return tuple(out)
 
 
 @functools.cache

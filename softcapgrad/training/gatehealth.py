@@ -6,14 +6,14 @@ softplus gate's g·σ(x) from the input, a softmax router's p ⊙ (u − ⟨u, p
 ops, in the format they really ran in (below autocast). Per gate site and watched step it counts
 
     closed      elements below 1e-3 of the gate's range (σ and softmax: y < 1e-3; softplus, which has no top:
-                y < 1e-3 of a unit gate)
+                y < 1e-3 of a unit gate), as real numbers in every format and size (gaterows.closed_below)
     saturated   elements stored as exactly the value the function only approaches (σ, softmax: 0 or 1;
                 softplus: 0)
-    zero_grad   elements whose backward returned exactly 0 under a non-zero upstream gradient
+    zero_grad   elements whose backward returned exactly 0 under a non-zero upstream gradient; again after the
+                casts back to the layer feeding the gate, where the weights see it (gatecount.casts_back)
     mean        the mean gate, summed in float64
 
-A site whose mean falls, or whose closed share rises, window after window (``window`` watched steps each,
-three windows at least), is named ``closing``.
+A site whose mean fell 20 %, or closed share rose 0.01, from its first window to its last is closing (gaterows.trend).
 
 What counts as a gate follows the census (softcapgrad.models.contracts): a sigmoid multiplied by its own
 input (x·σ(αx): QuickGELU and friends) is an activation and is left out; a softmax is a router only when
@@ -51,7 +51,7 @@ from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
     GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, gate_report, no_gate_lookup, trend,
 )
-from softcapgrad.training.gatecount import Later, compiled_output, count_backward, count_forward, small
+from softcapgrad.training.gatecount import Later, casts_back, compiled_output, count_backward, count_forward, small
 
 aten = torch.ops.aten
 FORWARD = {aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid", aten.softplus.default: "softplus",
@@ -96,6 +96,7 @@ class GateMonitor(SitedMode):
         self.activations: set[tuple] = set()  # (module, site): x·σ(αx), not gates
         self.routers: set[GateSite] = set()
         self._zones: dict[tuple, GateZero] = {}
+        self._casts: dict[GateSite, tuple] = {}  # the formats a sigmoid or softplus site's gradient is cast back to
         self._compiled = CompiledRegions()
         self._depth = 0
         self.held = False  # True: with-blocks add up to one step until end_step() (a Trainer's micro-batches)
@@ -188,7 +189,7 @@ class GateMonitor(SitedMode):
         for site, s in self._block.items():
             if s.count or s.backward:
                 self._history.setdefault(site, []).append(
-                    (s.count, s.closed, s.saturated, s.backward, s.zero, s.total / s.count if s.count else 0.0))
+                    (s.count, s.closed, s.saturated, s.backward, s.zero, s.total / s.count if s.count else 0.0, s.zero_cast))
                 r = self._ranges.setdefault(site, [s.low, s.high])
                 r[0], r[1] = min(r[0], s.low), max(r[1], s.high)
         self._block = {}
@@ -256,6 +257,8 @@ class GateMonitor(SitedMode):
         self._after(site, y, x)
         if self._probe is not None:
             self._probe.saw(site, inner, x, y)
+        if site not in self._casts and x.grad_fn is not None:
+            self._casts[site] = casts_back(x)
         if fn == "sigmoid" and not self._calls.watching:  # activations are told apart while the ops are watched
             self._own_input[y.data_ptr()] = (site, {x_ptr, self._scaled.get(x_ptr, x_ptr)}, x)
         self._count(site, x, y)
@@ -333,7 +336,7 @@ class GateMonitor(SitedMode):
     def _backward_counted(self, site: GateSite, grad_output: torch.Tensor, grad_input: torch.Tensor, x=None) -> None:
         if (site.module, site.site) in self.activations:
             return
-        count_backward(self._block.setdefault(site, Step()), site.fn, grad_output, grad_input)
+        count_backward(self._block.setdefault(site, Step()), site.fn, grad_output, grad_input, self._casts.get(site, ()))
 
     # -- results
 
@@ -370,7 +373,7 @@ class GateMonitor(SitedMode):
     def rows(self) -> list[GateRow]:
         rows = []
         for site, history in self._history.items():
-            count, closed, saturated, backward, zero = (sum(h[i] for h in history) for i in range(5))
+            count, closed, saturated, backward, zero, _, zero_cast = (sum(h[i] for h in history) for i in range(7))
             mean = sum(h[0] * h[5] for h in history) / count if count else 0.0
             zone = self._zone(site.fn, site.dtype, site.device)
             qualifier = self._owners.qualifier(site.model)
@@ -380,6 +383,7 @@ class GateMonitor(SitedMode):
                 dtype=site.dtype, steps=len(history), count=count, closed_share=closed / count if count else 0.0,
                 saturated_share=saturated / count if count else 0.0,
                 zero_grad_share=zero / backward if backward else None, mean_gate=mean, trend=self.trend(history),
+                zero_grad_cast_share=zero_cast / backward if backward and self._casts.get(site) else None,
                 stuck_open_from=zone.open_from, stuck_shut_from=zone.shut_from, min_input=low, max_input=high,
                 source=zone.source, per_step=tuple(history)))
         return rows

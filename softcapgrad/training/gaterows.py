@@ -2,20 +2,32 @@
 
 Closed is below 1e-3 of the gate's range (σ and softmax: y < 1e-3; softplus, which has no top: y < 1e-3);
 saturated is stored as exactly the value the function only approaches (σ, softmax: 0 or 1; softplus: 0).
+
+One definition for every format and tensor size: y < 1e-3 compared as real numbers, 1e-3 being the double
+0.001000000000000000020816… (every value of fp8, bf16, fp16 and fp32 is exact in fp64, so this is the fp64
+comparison). A call read out as Python floats compares so; a tensor compares in its own format against
+``closed_below(dtype)``, the least value of the format not below 1e-3, which selects the same elements (a plain
+``y < 1e-3`` on a bf16 tensor would compare against bf16(1e-3) = 0.00099945068359375 and leave that value open).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from softcapgrad.core.report import Report, Table
-from softcapgrad.training.tally import _nonzero, _stuck
+from softcapgrad.training.tally import _BITS, _nonzero, _stuck
+
+_INTS = _BITS | {1: torch.int8}  # a float format's bits, as integers of its width
 
 CLOSED = 1e-3  # of the gate's range
 WINDOWS = 3  # windows a trend needs before a site is named closing
+FALL = 0.2  # closing: the last window's mean gate at most 80 % of the first's (a halving is far past it; a gate's mean
+# over thousands of elements moves by a few % between steps of a steady run)
+RISE = 0.01  # or the closed share up by one element in a hundred from the first window to the last
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,8 @@ class GateRow:
     closed_share: float
     saturated_share: float
     zero_grad_share: float | None  # of the backward's elements (None: no backward seen)
+    zero_grad_cast_share: float | None  # the same, on the gradient cast back to the tensor a layer produced (None:
+    # no cast lies between it and the gate, or no backward seen)
     mean_gate: float
     trend: str  # closing | steady | "—" (fewer than WINDOWS windows)
     stuck_open_from: float | None  # the input from which the gradient is exactly 0, the gate stuck open
@@ -62,41 +76,56 @@ class GateRow:
     min_input: float
     max_input: float
     source: str
-    per_step: tuple  # per watched step: (count, closed, saturated, backward count, zero_grad, mean)
+    per_step: tuple  # per watched step: (count, closed, saturated, backward count, zero_grad, mean, zero_grad cast back)
 
 
 class Step:
     """One site's sums in one watched step (numbers: every count here is read on the CPU, or once per op)."""
 
-    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "low", "high")
+    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "zero_cast", "low", "high")
 
     def __init__(self) -> None:
-        self.count = self.closed = self.saturated = self.backward = self.zero = 0
+        self.count = self.closed = self.saturated = self.backward = self.zero = self.zero_cast = 0
         self.total = 0.0
         self.low, self.high = float("inf"), float("-inf")
 
 
 def trend(history: list[tuple], window: int) -> str:
-    """closing: the mean falls, or the closed share rises, from each window of ``window`` steps to the next; "—"
-    before WINDOWS windows. ``history``: a site's (count, closed, saturated, backward, zero, mean) per step."""
+    """closing: from the first window of ``window`` watched steps to the last, the mean gate fell by FALL of itself
+    or more, or the closed share rose by RISE or more; "—" before WINDOWS windows. A window comparison, not a run of
+    falls: a gate that halves over the run is closing whatever upticks lie between (a fall at every transition, the
+    old rule, let one uptick hide it). ``history``: a site's (count, closed, saturated, backward, zero, mean, …) per
+    step."""
     windows = [history[i:i + window] for i in range(0, len(history) - len(history) % window, window)]
     if len(windows) < WINDOWS:
         return "—"
     means, closed = [], []
-    for w in windows:
+    for w in (windows[0], windows[-1]):
         count = sum(h[0] for h in w)
         means.append(sum(h[0] * h[5] for h in w) / count if count else 0.0)
         closed.append(sum(h[1] for h in w) / count if count else 0.0)
-    falls = all(b < a for a, b in zip(means, means[1:]))
-    rises = all(b > a for a, b in zip(closed, closed[1:]))
+    falls = means[1] <= (1.0 - FALL) * means[0]
+    rises = closed[1] - closed[0] >= RISE
     return "closing" if falls or rises else "steady"
 
 
+@functools.cache
+def closed_below(dtype: torch.dtype) -> float:
+    """The least value of ``dtype`` not below CLOSED, as a float (exact in the format): for every y of the format,
+    y < CLOSED ⟺ y < closed_below(dtype), and torch's comparison of a tensor with this number, made in the
+    tensor's format, rounds nothing. CLOSED rounded to the format, moved one step up where that fell below it."""
+    t = torch.tensor(CLOSED, dtype=torch.float64).to(dtype)
+    if t.item() < CLOSED:  # positive and finite: the next value up is the next bit pattern
+        t = (t.view(_INTS[t.element_size()]) + 1).view(dtype)
+    return t.item()
+
+
 def _closed(y: torch.Tensor, low: float | None = None) -> int:
-    """Elements below CLOSED; none to count where the smallest element ``low`` (read on the CPU) is not."""
+    """Elements below CLOSED (see closed_below); none to count where the smallest element ``low`` (read on the CPU,
+    exact) is not."""
     if low is not None and low >= CLOSED:
         return 0
-    return int(torch.count_nonzero(y < CLOSED))
+    return int(torch.count_nonzero(y < closed_below(y.dtype)))
 
 
 def _saturated(fn: str, y: torch.Tensor, low: float | None = None, high: float | None = None) -> int:
@@ -115,15 +144,19 @@ def _share(rows: list[dict], key: str) -> str:
 
 GATE_COLUMNS = ("module", "fn", "dtype", "closed_share", "saturated_share", "zero_grad_share", "mean_gate",
                 "trend")
-GATE_WIDE = ("site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input", "max_input", "source")
+GATE_WIDE = ("zero_grad_cast_share", "site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input",
+             "max_input", "source")
 GATE_NOTES = (
     f"closed: share below {CLOSED:g} of the gate's range (softplus: below {CLOSED:g}); saturated: stored as exactly "
     "0 or 1 (softplus: 0); zero grad: share of the backward's elements exactly 0 where the upstream gradient was "
-    "not; mean: the mean gate (float64 sum); all over the watched steps, per step in the JSON (per_step: count, "
-    "closed, saturated, backward count, zero grad, mean)",
-    f"trend: closing when the mean falls, or the closed share rises, from each window of watched steps to the next "
-    f"({WINDOWS} windows at least; — before that); stuck open from: the input from which autograd's gradient is "
-    "exactly 0 with the gate open (σ stored as 1.0; a softplus gate's never dies open)",
+    "not; zero grad cast: the same on the gradient cast back to the format of the layer that feeds the gate "
+    "(what its weights see; — where no cast lies between); mean: the mean gate (float64 sum); all over the watched "
+    "steps, per step in the JSON (per_step: count, closed, saturated, backward count, zero grad, mean, zero grad "
+    "cast back)",
+    f"trend: closing when, from the first window of watched steps to the last, the mean fell by {FALL:.0%} or more "
+    f"or the closed share rose by {RISE:g} or more ({WINDOWS} windows at least; — before that); stuck open from: "
+    "the input from which autograd's gradient is exactly 0 with the gate open (σ stored as 1.0; a softplus gate's "
+    "never dies open)",
 )
 
 
@@ -139,8 +172,15 @@ def gate_sentences(rows: list[dict], hidden: str | None) -> tuple[str, ...]:
            f"{_share(rows, 'closed_share')} of a site's elements were closed, {_share(rows, 'saturated_share')} "
            f"stored saturated and " + (f"{_share(seen, 'zero_grad_share')} got an exactly-zero gradient." if seen else
                                        "no site's backward was seen (compiled code)."),
-           (f"Closing, window after window: {', '.join(closing[:3])}{', …' if len(closing) > 3 else ''}." if closing
+           (f"Closing, first window to last: {', '.join(closing[:3])}{', …' if len(closing) > 3 else ''}." if closing
             else "No site is closing.")]
+    cast = [r for r in seen if r.get("zero_grad_cast_share") is not None
+            and r["zero_grad_cast_share"] != r["zero_grad_share"]]
+    if cast:
+        r = max(cast, key=lambda r: r["zero_grad_cast_share"] - r["zero_grad_share"])
+        out.append(f"Cast back to its layer's format, the gradient of {r['module']}'s {r['fn']} is exactly 0 in "
+                   f"{r['zero_grad_cast_share']:.3g} of its elements ({r['zero_grad_share']:.3g} at the gate itself): "
+                   "those are the zeros its weights see.")
     if hidden:
         out.append(hidden[0].upper() + hidden[1:] + ".")
     return tuple(out)

@@ -120,7 +120,20 @@ class TetherGate(nn.Module):
 
     def anchor_shift(self, g_target: float) -> float:
         """The link's inverse at g_target: θ* = EMA(s) − anchor_shift/β (logit for this sigmoid gate)."""
-        return math.log(g_target / (1.0 - g_target))
+        return logit_target(g_target)
+
+    def anchor_argument(self, g_target: float | None):
+        """The argument β(EMA − θ*) the spring holds: link⁻¹(g_target) (an anchored gate may hold its own)."""
+        if g_target is None:
+            raise InputError("g_target=None holds each gate's own measured opening: an anchored gate's (patch) only")
+        return self.anchor_shift(g_target)
+
+
+def logit_target(g_target: float) -> float:
+    """logit(g_target), for a target opening of a sigmoid gate in (0, 1)."""
+    if not 0.0 < g_target < 1.0:
+        raise InputError(f"g_target must lie in (0, 1), got {g_target!r}")
+    return math.log(g_target / (1.0 - g_target))
 
 
 def _chunked(s: torch.Tensor, theta: torch.Tensor, floor: torch.Tensor) -> bool:
@@ -198,8 +211,6 @@ def _check_step_args(lr: float, wd: float, g_target: float, kappa_sleep: float, 
         raise InputError(f"lr must be > 0, got {lr!r}")
     if not wd >= 0:
         raise InputError(f"wd must be >= 0, got {wd!r}")
-    if not 0.0 < g_target < 1.0:
-        raise InputError(f"g_target must lie in (0, 1), got {g_target!r}")
     if not 0.0 <= kappa_sleep <= 1.0:
         raise InputError(f"kappa_sleep must lie in [0, 1], got {kappa_sleep!r}")
     if anchor not in ANCHORS:
@@ -211,10 +222,11 @@ def anchor_targets(gate: TetherGate, g_target: float, anchor: str) -> torch.Tens
     return _targets(gate.ema_s, gate, g_target, anchor, None).expand_as(gate.ema_s)
 
 
-def _targets(ema: torch.Tensor, gate: TetherGate, g_target: float, anchor: str,
-             valid: torch.Tensor | None) -> torch.Tensor:
-    """θ* per gate, or the global one as a single value (it broadcasts); ``valid``: the gates with an EMA."""
-    local = ema - gate.anchor_shift(g_target) / gate.beta
+def _targets(ema: torch.Tensor, gate: TetherGate, g_target: float | None, anchor: str,
+             valid: torch.Tensor | None, shift=None) -> torch.Tensor:
+    """θ* per gate, or the global one as a single value (it broadcasts); ``valid``: the gates with an EMA;
+    ``shift``: the gate's anchor_argument(g_target), when already computed."""
+    local = ema - (gate.anchor_argument(g_target) if shift is None else shift) / gate.beta
     if anchor == "local":
         return local
     if valid is None:
@@ -225,18 +237,21 @@ def _targets(ema: torch.Tensor, gate: TetherGate, g_target: float, anchor: str,
 
 @torch.no_grad()
 def tethergate_step(gates: TetherGate | Iterable[TetherGate], step: int, schedule: FloorSchedule, lr: float, wd: float,
-                    g_target: float = 0.5, kappa_sleep: float = 0.1, anchor: str = "global") -> float:
+                    g_target: float | None = 0.5, kappa_sleep: float = 0.1, anchor: str = "global") -> float:
     """Floor update and spring, as tensor operations over all gates at once: no host read-back.
 
-    Returns the scheduled floor F (a Python float computed from ``step`` alone).
+    ``g_target`` None: each anchored gate's own measured opening (AnchoredGate.anchor_argument). Returns the
+    scheduled floor F (a Python float computed from ``step`` alone).
     """
     _check_step_args(lr, wd, g_target, kappa_sleep, anchor)
+    gates = _as_list(gates)
+    shifts = [gate.anchor_argument(g_target) for gate in gates]  # every gate's target checked before any moves
     F = schedule(step)
     k = kappa_sleep if F == 1.0 else lr * wd
-    for gate in _as_list(gates):
+    for gate, shift in zip(gates, shifts):
         theta, ema = gate.theta, gate.ema_s
         valid = ema == ema  # not NaN
-        target = _targets(ema, gate, g_target, anchor, valid)
+        target = _targets(ema, gate, g_target, anchor, valid, shift)
         torch.where(valid, theta - k * (theta - target), theta, out=theta)
         gate.floor.masked_fill_(valid, F)
     return F
@@ -249,7 +264,7 @@ def tethergate_step_per_gate(gates: TetherGate | Iterable[TetherGate], step: int
     _check_step_args(lr, wd, g_target, kappa_sleep, anchor)
     F = schedule(step)
     k = kappa_sleep if F == 1.0 else lr * wd
-    shift = math.log(g_target / (1.0 - g_target))
+    shift = logit_target(g_target)
     for gate in _as_list(gates):
         n = gate.theta.numel()
         alive = [not math.isnan(float(gate.ema_s[i])) for i in range(n)]  # the per-gate sync

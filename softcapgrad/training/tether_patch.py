@@ -35,7 +35,7 @@ from softcapgrad.training.tether import tethergate_step
 
 GATES = ("tether",)
 KINDS = ("router", "activation")
-WD, G_TARGET, KAPPA_SLEEP, ANCHOR = 20.0, 0.5, 0.1, "global"  # tethergate.md's defaults for the spring
+WD, G_TARGET, KAPPA_SLEEP, ANCHOR = 20.0, 0.5, 0.1, "global"  # tethergate.md's defaults for a hand-set target
 
 
 @dataclass(frozen=True)
@@ -114,10 +114,20 @@ class TetherPatch:
         self.refused = refused
         self.gates = [m.tether_gate for m, _ in self._modules]
 
-    def step(self, step: int, lr: float, wd: float = WD, g_target: float = G_TARGET,
-             kappa_sleep: float = KAPPA_SLEEP, anchor: str = ANCHOR) -> float:
-        """tethergate_step over every held gate, floor 0 throughout (tethergate.md's spring with k = lr·wd)."""
+    def step(self, step: int, lr: float, wd: float = WD, g_target: float | None = None,
+             kappa_sleep: float = KAPPA_SLEEP, anchor: str | None = None) -> float:
+        """tethergate_step over every held gate, floor 0 throughout (tethergate.md's spring with k = lr·wd).
+
+        Default: each gate holds its own opening at its mean input, measured on the first training batch after
+        patching (anchored.py), each to its own target (anchor "local"): a pretrained model's gates stay where they
+        were unless the loss moves them. ``g_target=`` (a sigmoid gate's in (0, 1), a softplus gate's > 0, in its
+        own units) holds every gate at that opening instead, with tethergate.md's global anchor unless ``anchor``."""
+        anchor = anchor or ("local" if g_target is None else ANCHOR)
         return tethergate_step(self.gates, step, Awake(), lr, wd, g_target, kappa_sleep, anchor)
+
+    def held_openings(self) -> list[float]:
+        """The opening each gate is held at by default, link(a*) (NaN before the first training batch)."""
+        return [float(x) for gate in self.gates for x in gate.held_openings().detach()]
 
     def openings(self) -> list[float]:
         """The mean opening of every gate as last seen: link(β·(EMA(u) − θ)) per gate (NaN before a training step)."""
