@@ -27,7 +27,7 @@ COMMANDS = (
     ("reproduce", "ledger", "reproduce"), ("audit-model", "models", "audit_model"), ("census", "census", "census"),
     ("experiment", "experiments", "experiment"), ("tether-experiment", "experiments", "tether_experiment"),
     ("parity", "engines", "parity"), ("train-parity", "train", "train_parity"),
-    ("parity-releases", "releases", "parity_releases"),
+    ("parity-releases", "releases", "parity_releases"), ("page", "page", "page"),
     ("engines", "engines", "engines_app"),
 )
 
