@@ -1,4 +1,4 @@
-# make reproduce: regenerate and check every document number (results/).
+# make reproduce: regenerate and check every document number (results/), and docs/claims.md from the ledger.
 # make test: the test suite, on two worker processes (pytest-xdist); it builds no engine environment: a live engine
 # test runs only where its environment is already built, and the last line counts those left out. Both create .venv
 # and install the pinned versions first.
@@ -43,6 +43,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 reproduce: $(STAMP)
 	$(PY) -m softcapgrad reproduce --out results
+	$(PY) -c 'from softcapgrad.ledger import claims_doc; claims_doc.write("results/claims.json", "docs/claims.md")'
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --durations=25
