@@ -1,4 +1,4 @@
-# make reproduce: regenerate and check every document number (results/).
+# make reproduce: regenerate and check every document number (results/), and docs/claims.md from the ledger.
 # make test: the test suite, on two worker processes (pytest-xdist); it builds no engine environment: a live engine
 # test runs only where its environment is already built, and the last line counts those left out. Both create .venv
 # and install the pinned versions first.
@@ -18,6 +18,9 @@
 # transformers-4, transformers-5.0, train-peft, train-kerashub, train-fused, train-unsloth, train-axolotl,
 # train-easydel and train-penzai environments, built first where missing, and torchtune's, LitGPT's and mlx-lm's own
 # code in their parity environments: results/train-parity.json, .md.
+# make page: the results as a static page (results/page/index.html and its assets; opens from file://), built from
+# the committed parity.json, train-parity.json and default-attention.json. make page-screenshot also runs its browser
+# test (headless Chromium: Debian's chromium and chromium-driver) and keeps results/figures/page.png.
 # make default-attention: transformers' default attention on Gemma 2 release by release, bisected (a light
 # environment per release under ~/.cache/softcapgrad/releases, reusing this torch); results/default-attention.json, .md.
 PYTHON ?= python3
@@ -28,17 +31,19 @@ STAMP := $(VENV)/.installed
 PARITY_TYPES := gemma2 gemma2+qpas gemma3_text gemma3_text+attention vaultgemma gemma3n_text gemma4_text gemma4_unified_text \
 	recurrent_gemma nanochat beam xlstm inkling2_text inkling2_loop_text
 
-.PHONY: install reproduce test test-engines bench census experiment parity train-parity default-attention clean
+.PHONY: install reproduce test test-engines bench census experiment parity train-parity default-attention page \
+	page-screenshot clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax,mlx]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,plot,hf,jax,mlx,browser]'
 	touch $(STAMP)
 
 reproduce: $(STAMP)
 	$(PY) -m softcapgrad reproduce --out results
+	$(PY) -c 'from softcapgrad.ledger import claims_doc; claims_doc.write("results/claims.json", "docs/claims.md")'
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --durations=25
@@ -61,6 +66,12 @@ train-parity: $(STAMP)
 
 default-attention: $(STAMP)
 	$(PY) -m softcapgrad parity-releases --out results
+
+page: $(STAMP)
+	$(PY) -m softcapgrad page --out results/page
+
+page-screenshot: page
+	SOFTCAPGRAD_PAGE_SCREENSHOT=results/figures/page.png $(PY) -m pytest -q tests/test_page.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "softcapgrad"
 
 # bottom to top; packages on one rank are siblings and may not import each other
 RANKS = {"core": 0, "laws": 1, "training": 2, "stacks": 3, "demos": 3, "models": 4, "files": 4, "integrations": 4,
-         "experiments": 5, "engines": 5, "ledger": 6, "cli": 7}
+         "experiments": 5, "engines": 5, "ledger": 6, "page": 6, "cli": 7}
 TOP_LEVEL = {"__init__", "__main__", "tether"}  # the package's entry and its public re-exports
 
 

@@ -19,27 +19,41 @@ import sys
 
 from softcapgrad.cli.common import PROG, reader_gone, stdout_closed
 
-# (name, module of softcapgrad.cli, attribute), in the order --help lists them; a module's Typer is a group
+# (name, module of softcapgrad.cli, attribute, the one line --help gives it), in the order --help lists them; a
+# module's Typer is a group. Each line is whole at 100 columns (tests/test_cli_help.py): a command's docstring says
+# more in its own --help.
 COMMANDS = (
-    ("identity", "laws", "identity"), ("ratchet", "laws", "ratchet"), ("knee", "laws", "knee"),
-    ("horizon", "laws", "horizon"), ("stacks", "stacks", "stacks"), ("dynamics", "laws", "dynamics"),
-    ("gate-demo", "demos", "gate_demo"), ("tether-demo", "demos", "tether_demo"), ("scan", "models", "scan"),
-    ("reproduce", "ledger", "reproduce"), ("audit-model", "models", "audit_model"), ("census", "census", "census"),
-    ("experiment", "experiments", "experiment"), ("tether-experiment", "experiments", "tether_experiment"),
-    ("parity", "engines", "parity"), ("train-parity", "train", "train_parity"),
-    ("parity-releases", "releases", "parity_releases"),
-    ("engines", "engines", "engines_app"),
+    ("identity", "laws", "identity", "Is dz/da = sech²(a/c) exact against autograd; the attenuation at a = kc."),
+    ("ratchet", "laws", "ratchet", "How large a must be to express z = f·c, and how small the gradient is there."),
+    ("knee", "laws", "knee", "Where tanh or a sigmoid is stored as exactly 1.0, format by format."),
+    ("horizon", "laws", "horizon", "From which pre-cap input the gradient through the cap is exactly 0."),
+    ("stacks", "stacks", "stacks", "The real stacks: what each computes, measured here or recorded."),
+    ("dynamics", "laws", "dynamics", "How many more descent steps the cap costs to fix a confident wrong logit."),
+    ("gate-demo", "demos", "gate_demo", "Softmax against softplus gates, their backward laws, Laguna's gate."),
+    ("tether-demo", "demos", "tether_demo", "Does TetherGate hold open a gate that a plain learned gate lets close?"),
+    ("scan", "models", "scan", "Do the pre-cap values in a file reach each path's dead zone?"),
+    ("reproduce", "ledger", "reproduce", "Recompute every document number and figure; exit 1 if a verdict changed."),
+    ("audit-model", "models", "audit_model", "Which soft-caps a transformers model applies, where, and what is dead."),
+    ("census", "census", "census", "Every soft-cap and gate of the installed transformers, model by model."),
+    ("experiment", "experiments", "experiment", "Does the bf16 dead zone cost training steps, and does the patch help?"),
+    ("tether-experiment", "experiments", "tether_experiment",
+     "Does the TetherGate patch keep gates open while their branch is useless?"),
+    ("parity", "engines", "parity", "Do a model's soft-caps survive each engine: a verdict per cap and route."),
+    ("train-parity", "train", "train_parity", "Does training keep the caps: one step per route against float64."),
+    ("parity-releases", "releases", "parity_releases", "transformers' default attention on Gemma 2, release by release."),
+    ("page", "page", "page", "The results as one static page: a matrix per model type, opens from file://."),
+    ("engines", "engines", "engines_app", "The engines parity runs: each environment's state, versions and size."),
 )
 
 
-def _add(table, name: str, module: str, attribute: str) -> None:
+def _add(table, name: str, module: str, attribute: str, summary: str) -> None:
     import typer
 
     command = getattr(importlib.import_module(f"softcapgrad.cli.{module}"), attribute)
     if isinstance(command, typer.Typer):
-        table.add_typer(command, name=name)
+        table.add_typer(command, name=name, short_help=summary)
     else:
-        table.command(name)(command)
+        table.command(name, short_help=summary)(command)
 
 
 def _whole():

@@ -120,6 +120,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"max_content_width": 100},  # help as wide as the terminal, up to 100 columns
     help="Numerical investigations of tanh soft-capping, softplus gates and anchored residual gates.",
 )
 
