@@ -125,7 +125,7 @@ def engine_rows() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def real(engine_rows) -> dict[str, int]:
-    from softcapgrad.engines.modeltypes import LABELS
+    from softcapgrad.engines.forward.modeltypes import LABELS
 
     ledger = json.loads((ROOT / "results" / "claims.json").read_text(encoding="utf-8"))["rows"]
     verdicts = Counter(row["verdict"] for row in ledger)

@@ -13,7 +13,7 @@ import pytest
 import softcapgrad.engines as engines_package
 
 ROOT = Path(engines_package.__file__).parent
-ADAPTERS, REQUIREMENTS = ROOT / "adapters", ROOT / "requirements"
+ADAPTERS, REQUIREMENTS = ROOT / "adapters" / "forward", ROOT / "requirements"
 # adapter -> the top-level modules of its engine that it may import
 ENGINES = {
     "mlxlm": {"mlx", "mlx_lm"},
@@ -57,7 +57,7 @@ def test_an_adapter_imports_only_the_standard_library_numpy_protocol_and_its_eng
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_an_adapter_file_does_not_shadow_a_package_of_its_environment(engine):
-    # the adapters' folder is on the child's sys.path: an adapter named after a package would hide it
+    # the adapters' folders are on the child's sys.path: an adapter named after a package would hide it
     assert f"adapter_{engine}" not in _pins(engine) and f"adapter_{engine}" not in ENGINES[engine]
 
 

@@ -53,7 +53,7 @@ def test_parity_that_knows_nothing_can_run_exits_2(cache, monkeypatch):
     before building anything, one line and exit 2."""
     import dataclasses
 
-    from softcapgrad.engines import catalog
+    from softcapgrad.engines.forward import catalog
 
     declared = dataclasses.replace(catalog.CATALOG["kerashub"], types=("gemma2", "gemma3_text"))
     monkeypatch.setitem(catalog.CATALOG, "kerashub", declared)
@@ -82,7 +82,7 @@ def test_update_refuses_what_it_cannot_merge_before_any_work(cache, tmp_path, pl
 
 
 def test_update_replaces_only_the_engines_measured_again():
-    from softcapgrad.engines import parity
+    from softcapgrad.engines.forward import parity
 
     def results(engine, verdict, models):
         return {"params": {}, "models": [{"model": m} for m in models],

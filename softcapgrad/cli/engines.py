@@ -20,7 +20,8 @@ def _say(line: str) -> None:
 def _plan(names: list[str], types: list[str], explicit: bool, install: bool, jobs: int = 1) -> dict:
     """Each environment's state, installed first where asked (``jobs`` builds at a time); one line and exit 2 when
     nothing can run."""
-    from softcapgrad.engines import catalog, environments
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.environments import environments
 
     known = catalog.engines()
     if install:
@@ -107,9 +108,9 @@ def parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
-        from softcapgrad.engines import catalog, modeltypes, parity as run, parity_run, reference, runner
+        from softcapgrad.engines.forward import catalog, modeltypes, parity as run, parity_run, reference, runner
         from softcapgrad.cli import parity_runs as extra
-        from softcapgrad.engines import repro_report
+        from softcapgrad.engines.repro import report as repro_report
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
@@ -176,7 +177,7 @@ def parity(
                   **({"python": facts["path"]} if facts else {}), **({"repro": str(repro)} if repro else {})}
         written: list = []
         if out is not None:  # the set is staged whole (the figure too), then put in place together
-            from softcapgrad.engines.figure import parity_figure
+            from softcapgrad.engines.forward.figure import parity_figure
 
             data = {"params": params, **run.as_dict(results, extra.provenance(states, facts))}
             if update:
@@ -195,7 +196,8 @@ def parity(
 def _served(directory, url, model, engine, model_type, install, out, sets, seq_len, seed, timeout) -> Report:
     """parity DIR --server URL: the user's deployment against the reference of DIR."""
     from softcapgrad.core.report import Table
-    from softcapgrad.engines import reference, server, serving
+    from softcapgrad.engines.forward import reference
+    from softcapgrad.engines.served import server, serving
     from softcapgrad.models import audit
 
     if url is None:
@@ -226,7 +228,8 @@ engines_app = typer.Typer(add_completion=False, no_args_is_help=False)
 
 def _listing() -> Report:
     from softcapgrad.core.report import Table
-    from softcapgrad.engines import catalog, environments
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.environments import environments
 
     environments.sweep(say=_say)
     states = {env: environments.state(env) for env in catalog.environments()}
@@ -266,7 +269,7 @@ def engines_list(ctx: typer.Context, json_out: Json = False, wide: Wide = False)
 
 def _manage(names: list[str], act) -> Report:
     from softcapgrad.core.report import Table
-    from softcapgrad.engines import catalog
+    from softcapgrad.engines.forward import catalog
 
     known = catalog.engines()
     picked = pick("engine", names, tuple(known))
@@ -281,7 +284,8 @@ def _manage(names: list[str], act) -> Report:
 def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
                     json_out: Json = False) -> None:
     """Build the engines' environments (reused when already built; rebuilt when broken or stale), two at a time."""
-    from softcapgrad.engines import catalog, environments
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.environments import environments
 
     def build():
         known = catalog.engines()
@@ -301,7 +305,7 @@ def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or
 def engines_remove(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
                    json_out: Json = False) -> None:
     """Delete the engines' environments (every key of each: current and stale)."""
-    from softcapgrad.engines import environments
+    from softcapgrad.engines.environments import environments
 
     def act(env):
         if env == environments.MAIN:
