@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import softcapgrad.engines as engines_package
+from softcapgrad.engines.forward import catalog
 
 ROOT = Path(engines_package.__file__).parent
 ADAPTERS, REQUIREMENTS = ROOT / "adapters" / "forward", ROOT / "requirements"
@@ -40,8 +41,10 @@ def _imports(path: Path) -> set[str]:
 
 
 def _pins(engine: str) -> dict[str, str]:
+    """The pins of the requirements file of the engine whose adapter is ``engine``."""
+    environment = next(e.environment for e in catalog.engines().values() if e.adapter == engine)
     pins = {}
-    for line in (REQUIREMENTS / f"{engine}.txt").read_text(encoding="utf-8").splitlines():
+    for line in (REQUIREMENTS / f"{environment}.txt").read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
             match = PIN.match(line.strip())
             assert match, f"{engine}.txt: {line!r} is not NAME==VERSION"

@@ -533,7 +533,7 @@ def test_a_final_cap_on_the_hidden_state_is_applied_to_another_tensor(bound):
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("torch_tune")
+@pytest.mark.engine_environments("torchtune")
 def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path, engine_environment):
     """torchtune's full fine-tune step, live from parity's torchtune environment: as its named builders pass the
     caps, both are swapped and the final one caps the hidden state; with the config's caps the final cap still caps
@@ -543,7 +543,7 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
     from softcapgrad.engines.forward import runner
     from softcapgrad.engines.training import parity as train_parity
 
-    state = engine_environment("torch_tune")
+    state = engine_environment("torchtune")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
@@ -563,7 +563,7 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("lit_gpt")
+@pytest.mark.engine_environments("litgpt")
 def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path, engine_environment):
     """LitGPT's finetune_full step, live from parity's LitGPT environment: its named gemma-2-2b config carries both
     caps, applied forward and backward (the final one on its own a, which the route exposes); its converter gives the output head a copy of the tied embedding, which the
@@ -571,7 +571,7 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
     from softcapgrad.engines.forward import runner
     from softcapgrad.engines.training import parity as train_parity
 
-    state = engine_environment("lit_gpt")
+    state = engine_environment("litgpt")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
@@ -583,10 +583,10 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("torch_tune", "lit_gpt")
-@pytest.mark.parametrize("engine", ["torch_tune", "lit_gpt"])
+@pytest.mark.engine_environments("torchtune", "litgpt")
+@pytest.mark.parametrize("engine, adapter", [("torchtune", "torch_tune"), ("litgpt", "lit_gpt")])
 def test_the_monitor_counts_inside_torchtune_and_litgpt_steps_as_a_brute_force_does(bound, tmp_path,
-                                                                                  engine_environment, engine):
+                                                                                  engine_environment, engine, adapter):
     """softcapgrad's DeadZoneMonitor around two steps of torchtune's full fine-tune recipe and of LitGPT's
     finetune_full (an SGD update between them: the first step watched op by op, the second through the sites it
     learnt), on the capped model with its final site pushed to |a/c| = 24, past fp32's horizon: per module, the
@@ -599,7 +599,7 @@ def test_the_monitor_counts_inside_torchtune_and_litgpt_steps_as_a_brute_force_d
     model, ids = bound[0], bound[1]
     _capped_folder(bound, tmp_path)
     pushed = train_parity.sweep_folders(model, ids, tmp_path)[-1]
-    outcome = runner.run(state.python, f"train_{engine}", "monitor", tmp_path, [pushed], 300)
+    outcome = runner.run(state.python, f"train_{adapter}", "monitor", tmp_path, [pushed], 300)
     assert outcome.reason is None, outcome.stderr
     with np.load(tmp_path / "out" / "monitor" / f"{pushed}.npz", allow_pickle=False) as step:
         modules, watched, brute = list(step["monitor/modules"]), step["monitor/watched"], step["monitor/brute"]
@@ -647,7 +647,7 @@ def test_keras_gradients_go_back_through_the_converters_rearrangement():
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("torch_tune")
+@pytest.mark.engine_environments("torchtune")
 def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path, engine_environment):
     """The same exchange seen forward, where parity's tiny models hide it: with distinct weights in the two
     feed-forward norms, torchtune's log-probs (parity's adapter, config caps) lie within the fp32 whole-model bound of
@@ -657,7 +657,7 @@ def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path,
 
     from softcapgrad.engines.forward import runner, verdict
 
-    state = engine_environment("torch_tune")
+    state = engine_environment("torchtune")
     model, ids = copy.deepcopy(bound[0]), bound[1]
     g = torch.Generator().manual_seed(1)
     layers = model.model.layers
@@ -772,7 +772,7 @@ def test_a_frozen_parameter_is_left_out_only_where_the_route_names_it(bound, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("mlxlm")
+@pytest.mark.engine_environments("mlx-lm")
 def test_mlx_lm_trains_gemma2_without_its_window_and_its_cap_gradient_outlives_torchs(bound, tmp_path,
                                                                                        engine_environment):
     """mlx-lm's own Gemma 2 on the MLX CPU build, live: the full fine-tune and the LoRA step both match the model
@@ -783,7 +783,7 @@ def test_mlx_lm_trains_gemma2_without_its_window_and_its_cap_gradient_outlives_t
     from softcapgrad.engines.training import parity as train_parity
     from softcapgrad.engines.forward.alternatives import WINDOWLESS
 
-    state = engine_environment("mlxlm")
+    state = engine_environment("mlx-lm")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
@@ -932,7 +932,7 @@ def test_an_update_run_keeps_the_engines_it_did_not_measure(cli, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("gemma_jax")
+@pytest.mark.engine_environments("gemma-jax")
 def test_deepmind_gemma_gives_its_own_reason_for_not_training_a_hugging_face_folder(bound, tmp_path,
                                                                                   engine_environment):
     """gemma (JAX) trains from its own checkpoints and ships no reader of a Hugging Face folder: its row says so, as
@@ -940,7 +940,7 @@ def test_deepmind_gemma_gives_its_own_reason_for_not_training_a_hugging_face_fol
     from softcapgrad.engines.forward import runner
     from softcapgrad.engines.training import parity as train_parity
 
-    state = engine_environment("gemma_jax")
+    state = engine_environment("gemma-jax")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")

@@ -116,11 +116,12 @@ def train_parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
+        from softcapgrad.engines.environments.environments import FORMER
         from softcapgrad.engines.forward import modeltypes, reference, runner
         from softcapgrad.engines.training import parity as run, results as train_results
         from softcapgrad.models import audit
 
-        names = pick("--engine", engine, tuple(run.ENGINES))
+        names = pick("--engine", engine, tuple(run.ENGINES), former=FORMER)
         types = pick("--model-type", model_type, reference.SUPPORTED, DEFAULT_TYPES)
         n, s = seq_len, seed_in_range(seed)
         if out is not None:

@@ -45,6 +45,9 @@ from softcapgrad.engines.environments.build_steps import BuildError
 from softcapgrad.engines.environments.build_steps import run as _step
 
 MAIN = "main"
+# the names four engines and their environments had before parity, train-parity and engines spoke one vocabulary:
+# read on input, never printed
+FORMER = {"lit_gpt": "litgpt", "torch_tune": "torchtune", "mlxlm": "mlx-lm", "gemma_jax": "gemma-jax"}
 ENGINES = Path(__file__).resolve().parents[1]  # the engines package: requirements/ and adapters/ are data files there
 REQUIREMENTS = ENGINES / "requirements"
 ADAPTERS = ENGINES / "adapters"
@@ -74,6 +77,11 @@ class Requirements:
     python: str | None  # "3.11": the interpreter to build with (None: the one running softcapgrad)
     digest: str  # sha256 of the file's bytes, hex
     then: tuple[str, ...] = ()  # adapters/ scripts run by the new environment's interpreter after the install
+
+
+def names() -> list[str]:
+    """Every environment the project builds (one per requirements file), in name order."""
+    return sorted(p.stem for p in REQUIREMENTS.glob("*.txt"))
 
 
 def requirements_file(name: str) -> Path:

@@ -176,17 +176,25 @@ def script(adapter: str) -> Path:
     return adapter_file(f"{PREFIX}{adapter}.py")
 
 
+def _letters(name: str) -> str:
+    return name.replace("-", "").replace("_", "")
+
+
 def discovered() -> dict[str, Engine]:
-    """Engines with an adapter (adapter_NAME.py) and a requirements file NAME.txt that the catalog does not list."""
+    """Engines with an adapter (adapter_ADAPTER.py) and a requirements file NAME.txt that the catalog does not list,
+    paired by their letters (``-`` and ``_`` aside: a module name cannot hold ``-``); the engine is called NAME."""
+    files = {_letters(p.stem): p.stem for p in REQUIREMENTS.glob("*.txt")}
     out = {}
     for path in sorted((ADAPTERS / "forward").glob(f"{PREFIX}*.py")):
-        name = path.stem.removeprefix(PREFIX)
-        if name in SHARED or name in CATALOG or not (REQUIREMENTS / f"{name}.txt").exists():
+        adapter = path.stem.removeprefix(PREFIX)
+        name = files.get(_letters(adapter))
+        if adapter in SHARED or name is None or name in CATALOG:
             continue
         routes = _literal_routes(path)
         if routes:
             once = ONCE.get(name, 0.0)
-            out[name] = Engine(name, name, name, tuple(Route(k, v, _precision(k), once=once) for k, v in routes.items()),
+            out[name] = Engine(name, name, adapter,
+                               tuple(Route(k, v, _precision(k), once=once) for k, v in routes.items()),
                                f"{name} (own environment)")
     return out
 

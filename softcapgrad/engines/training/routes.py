@@ -8,8 +8,8 @@ from softcapgrad.engines.environments.environments import MAIN
 
 ADAPTER = "train_transformers"
 ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transformers-5.0": "transformers-5.0",
-           "peft-trl": "train-peft", "torchtune": "torch_tune", "litgpt": "lit_gpt", "kerashub": "train-kerashub",
-           "mlx-lm": "mlxlm", "fused-loss": "train-fused", "gemma-jax": "gemma_jax", "unsloth": "train-unsloth",
+           "peft-trl": "train-peft", "torchtune": "torchtune", "litgpt": "litgpt", "kerashub": "train-kerashub",
+           "mlx-lm": "mlx-lm", "fused-loss": "train-fused", "gemma-jax": "gemma-jax", "unsloth": "train-unsloth",
            "axolotl": "train-axolotl", "easydel": "train-easydel",
            "penzai": "train-penzai"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
