@@ -43,7 +43,7 @@ def environments() -> list[Figure]:
     import time
     from pathlib import Path
 
-    from softcapgrad.engines import environments as envs
+    from softcapgrad.engines.environments import environments as envs
 
     def once(side_by_side: bool) -> tuple[float, float]:
         root = Path(tempfile.mkdtemp(prefix="softcapgrad-bench-environments-"))

@@ -67,7 +67,7 @@ def _environments(item) -> list[str]:
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--build-engines"):
         return
-    from softcapgrad.engines import environments
+    from softcapgrad.engines.environments import environments
 
     states: dict = {}
     for item in items:
@@ -80,7 +80,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     names = [n for item in session.items for n in _environments(item)]
     if names and session.config.getoption("--build-engines") and not session.config.option.collectonly:
-        from softcapgrad.engines import environments
+        from softcapgrad.engines.environments import environments
 
         _BUILDS.update(environments.start(names))
 
@@ -105,7 +105,7 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(scope="session")
 def engine_environment(request):
-    from softcapgrad.engines import environments
+    from softcapgrad.engines.environments import environments
 
     build_them = request.config.getoption("--build-engines")
 

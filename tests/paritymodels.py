@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from softcapgrad.engines import reference as ref
-from softcapgrad.engines import verdict
+from softcapgrad.engines.forward import reference as ref
+from softcapgrad.engines.forward import verdict
 from softcapgrad.models import audit
 
 TOKENS = 12

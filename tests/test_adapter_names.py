@@ -1,6 +1,6 @@
-"""No file of engines/adapters/ is named after a module an adapter could mean to import.
+"""No file of engines/adapters/ (forward/, training/ too) is named after a module an adapter could mean to import.
 
-The adapters' folder is on the import path of every engine's child process (runner.BOOTSTRAP), so a file there
+The adapters' folders are on the import path of every engine's child process (runner.BOOTSTRAP), so a file there
 named after a package (transformers.py beside an adapter that imports transformers) would be imported in its
 place. Checked against every name the requirements pin, the import names the adapters use, the standard library,
 what this environment finds, and, for each engine environment built here, what its own interpreter finds.
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from softcapgrad.engines import catalog, environments
+from softcapgrad.engines.forward import catalog
+from softcapgrad.engines.environments import environments
 
-FILES = sorted(catalog.ADAPTERS.glob("*.py"))
+FILES = sorted(p for folder in catalog.ADAPTER_PATH for p in folder.glob("*.py"))
 STEMS = [p.stem for p in FILES]
 
 
@@ -55,6 +56,13 @@ def test_every_adapter_file_has_the_prefix_and_each_engine_finds_its_script():
     assert {f"{catalog.PREFIX}{h}" for h in catalog.SHARED} <= set(STEMS)
 
 
+def test_no_two_adapter_folders_hold_the_same_name():
+    """One import path for every child: a name in two folders would be the first folder's for every adapter."""
+    assert len(STEMS) == len(set(STEMS)), sorted(s for s in STEMS if STEMS.count(s) > 1)
+    assert sorted(p.name for p in catalog.ADAPTERS.iterdir() if p.suffix == ".py") == [
+        "adapter_protocol.py", "adapter_transformers_load.py"]  # imported by both kinds; each adapter in its folder
+
+
 def test_no_adapter_file_is_named_after_a_pinned_or_imported_module():
     taken = _pinned() | {_normal(n) for n in _imported()} | set(sys.stdlib_module_names)
     assert "transformers" in taken and "keras_hub" in taken and "numpy" in taken  # the sets are read
@@ -62,10 +70,10 @@ def test_no_adapter_file_is_named_after_a_pinned_or_imported_module():
 
 
 def _elsewhere(stem: str) -> bool:
-    """A module of that name found outside the adapters' folder (a test that imported an adapter leaves it in
+    """A module of that name found outside the adapters' folders (a test that imported an adapter leaves it in
     sys.modules, where the lookup finds the adapter itself)."""
     spec = importlib.util.find_spec(stem)
-    return spec is not None and not (spec.origin and Path(spec.origin).parent == catalog.ADAPTERS)
+    return spec is not None and not (spec.origin and Path(spec.origin).parent in catalog.ADAPTER_PATH)
 
 
 def test_no_adapter_file_is_named_after_a_module_of_this_environment():

@@ -1,4 +1,4 @@
-"""Every tiny model parity builds is numerically healthy (engines/conditioning.py): its norms see inputs far above
+"""Every tiny model parity builds is numerically healthy (forward/conditioning.py): its norms see inputs far above
 their epsilon, each cap moves the log-probabilities far past its fp32 tolerance, and fp32 rounding stays inside the
 whole-model tolerance, and exchanging two norms of a layer is seen. The measurement itself catches the models the
 earlier builder made."""
@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import alternatives, conditioning, modeltypes, norms, parity  # noqa: E402
-from softcapgrad.engines import reference as ref  # noqa: E402
+from softcapgrad.engines.forward import alternatives, conditioning, modeltypes, norms, parity  # noqa: E402
+from softcapgrad.engines.forward import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
 TOKENS = 16  # parity's default
@@ -81,7 +81,7 @@ def test_query_pre_attn_scalar_apart_from_head_dim_is_what_transformers_scales_b
     finally:
         for m in attention:
             m.scaling = config.query_pre_attn_scalar ** -0.5
-    from softcapgrad.engines import verdict
+    from softcapgrad.engines.forward import verdict
 
     moved = verdict.error(verdict.log_probs(wrong), verdict.log_probs(reference.logits["final off"])).value
     tol = verdict.tolerance(verdict.FP32, float(np.abs(reference.logits["final off"]).max()), reference.width)
@@ -104,7 +104,7 @@ def test_rows_of_an_earlier_generation_are_marked_in_the_markdown():
 
 def test_an_engine_scaling_by_head_dim_is_named(tmp_path):
     """The alternative parity offers on gemma2+qpas is what transformers computes with the head size's scale."""
-    from softcapgrad.engines import verdict
+    from softcapgrad.engines.forward import verdict
 
     src = audit.source(None, "gemma2", ref.tiny_sets("gemma2+qpas"))
     reference, model, ids = parity._prepare(src, TOKENS, 0, tmp_path)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from softcapgrad.engines import ranges, releases
+from softcapgrad.engines.releases import ranges, releases
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -59,7 +59,8 @@ def test_the_main_environments_release_measured_here_agrees(data, tmp_path):
     committed = next((r for r in data["rows"] if r["release"] == version), None)
     if committed is None:
         pytest.skip(f"transformers {version} is not among the releases the walk ran")
-    from softcapgrad.engines import environments, modeltypes, parity, reference as ref
+    from softcapgrad.engines.environments import environments
+    from softcapgrad.engines.forward import modeltypes, parity, reference as ref
     from softcapgrad.models import audit
 
     src = audit.source(None, modeltypes.model_type("gemma2"), ref.tiny_sets("gemma2"))

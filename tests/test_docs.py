@@ -125,11 +125,12 @@ def engine_rows() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def real(engine_rows) -> dict[str, int]:
-    from softcapgrad.engines.modeltypes import LABELS
+    from softcapgrad.engines.forward.modeltypes import LABELS
 
     ledger = json.loads((ROOT / "results" / "claims.json").read_text(encoding="utf-8"))["rows"]
     verdicts = Counter(row["verdict"] for row in ledger)
-    return {"engines": len(engine_rows), "environments": len({r["environment"] for r in engine_rows} - {"main"}),
+    parity = [r for r in engine_rows if r["check"] != "train-parity"]  # the engines parity runs
+    return {"engines": len(parity), "environments": len({r["environment"] for r in parity} - {"main"}),
             "other capped types": len(LABELS) - 1, "claims": len(ledger), "claims from the documents": len(ledger) - 2,
             "reproduced": verdicts["reproduced"], "differ": verdicts["differs"]}
 
@@ -176,7 +177,8 @@ def test_the_engines_example_counts_the_engines_the_tool_lists(engine_rows):
         cells = [[c.strip() for c in line.strip("│").split("│")] for line in quoted if line.startswith("│")]
         rows = [c for c in cells if c[0]]  # a row's continuation lines have an empty first cell
         runnable = head.group(3).split(", ")
-        assert int(head.group(2)) == len(engine_rows), f"{page}: {quoted[0]!r}, the tool lists {len(engine_rows)}"
+        parity = [r for r in engine_rows if r["check"] != "train-parity"]
+        assert int(head.group(2)) == len(parity), f"{page}: {quoted[0]!r}, the tool lists {len(parity)}"
         assert [r[0] for r in rows] == [r["engine"] for r in engine_rows], f"{page}: the table's rows"
-        assert int(head.group(1)) == len(runnable) == sum(r[2] == "installed" for r in rows), f"{page}: {quoted[0]!r}"
-        assert runnable == [r[0] for r in rows if r[2] == "installed"], f"{page}: {quoted[0]!r}"
+        ready = [r[0] for r in rows if r[3] == "installed" and r[1] != "train-parity"]  # engine, check, env, state
+        assert int(head.group(1)) == len(runnable) and runnable == ready, f"{page}: {quoted[0]!r}"

@@ -10,7 +10,7 @@ import pytest
 import softcapgrad.engines
 
 ENGINES = Path(softcapgrad.engines.__file__).parent
-NAMES = [p.stem.removeprefix("adapter_") for p in (ENGINES / "adapters").glob("adapter_*.py")
+NAMES = [p.stem.removeprefix("adapter_") for p in (ENGINES / "adapters" / "forward").glob("adapter_*.py")
          if p.stem.removeprefix("adapter_") in {"optimum_onnx", "ct2", "openvino_intel"}]
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")
 
@@ -26,7 +26,7 @@ def test_requirements_pin_every_line_exactly_and_cpu_torch(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_adapter_names_a_default_route_and_imports_no_softcapgrad(name):
-    tree = ast.parse((ENGINES / "adapters" / f"adapter_{name}.py").read_text())
+    tree = ast.parse((ENGINES / "adapters" / "forward" / f"adapter_{name}.py").read_text())
     routes = next(node.value for node in tree.body if isinstance(node, ast.Assign)
                   and any(getattr(t, "id", "") == "ROUTES" for t in node.targets))
     assert "default" in ast.literal_eval(routes)

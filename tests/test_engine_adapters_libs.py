@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 import softcapgrad.engines as engines_package
+from softcapgrad.engines.forward import catalog
 
 ROOT = Path(engines_package.__file__).parent
-ADAPTERS, REQUIREMENTS = ROOT / "adapters", ROOT / "requirements"
+ADAPTERS, REQUIREMENTS = ROOT / "adapters" / "forward", ROOT / "requirements"
 # adapter -> the top-level modules of its engine that it may import
 ENGINES = {
     "mlxlm": {"mlx", "mlx_lm"},
@@ -40,8 +41,10 @@ def _imports(path: Path) -> set[str]:
 
 
 def _pins(engine: str) -> dict[str, str]:
+    """The pins of the requirements file of the engine whose adapter is ``engine``."""
+    environment = next(e.environment for e in catalog.engines().values() if e.adapter == engine)
     pins = {}
-    for line in (REQUIREMENTS / f"{engine}.txt").read_text(encoding="utf-8").splitlines():
+    for line in (REQUIREMENTS / f"{environment}.txt").read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
             match = PIN.match(line.strip())
             assert match, f"{engine}.txt: {line!r} is not NAME==VERSION"
@@ -57,7 +60,7 @@ def test_an_adapter_imports_only_the_standard_library_numpy_protocol_and_its_eng
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_an_adapter_file_does_not_shadow_a_package_of_its_environment(engine):
-    # the adapters' folder is on the child's sys.path: an adapter named after a package would hide it
+    # the adapters' folders are on the child's sys.path: an adapter named after a package would hide it
     assert f"adapter_{engine}" not in _pins(engine) and f"adapter_{engine}" not in ENGINES[engine]
 
 

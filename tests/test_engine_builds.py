@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from softcapgrad.core.checks import InputError
-from softcapgrad.engines import environments as envs
+from softcapgrad.engines.environments import environments as envs
 
 
 @pytest.fixture()

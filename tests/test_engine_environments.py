@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from softcapgrad.core.checks import InputError
-from softcapgrad.engines import environments as envs
+from softcapgrad.engines.environments import environments as envs
 
 
 @pytest.fixture()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from softcapgrad.engines import environments as envs
-from softcapgrad.engines import parity, runner, verdict
+from softcapgrad.engines.environments import environments as envs
+from softcapgrad.engines.forward import parity, runner, verdict
 
 pytest.importorskip("transformers")
 
@@ -22,7 +22,7 @@ def installed():
 
 
 def inputs(tmp_path):
-    from softcapgrad.engines.reference import tiny_sets
+    from softcapgrad.engines.forward.reference import tiny_sets
     from softcapgrad.models import audit
 
     src = audit.source(None, "gemma2", tiny_sets("gemma2"))

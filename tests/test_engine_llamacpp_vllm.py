@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from softcapgrad.engines import environments as envs
-from softcapgrad.engines import parity, runner, verdict
-from softcapgrad.engines.vocabulary import write_tokenizer
+from softcapgrad.engines.environments import environments as envs
+from softcapgrad.engines.forward import parity, runner, verdict
+from softcapgrad.engines.forward.vocabulary import write_tokenizer
 
 pytest.importorskip("transformers")
 
@@ -116,7 +116,8 @@ def test_vllm_fp32_gives_transformers_log_probs_with_both_caps(tmp_path):
 def test_a_llama_cpp_row_is_judged_in_the_coarsest_format_on_its_path(monkeypatch, types, route, judged):
     import importlib
 
-    monkeypatch.syspath_prepend(str(runner.ADAPTERS))
+    for folder in runner.ADAPTER_PATH:
+        monkeypatch.syspath_prepend(str(folder))
     adapter = importlib.import_module("adapter_llamacpp")
     assert adapter.coarsest(types, route) == judged
 
@@ -127,7 +128,8 @@ def test_mistral_rs_reads_its_kv_cache_dtype_from_its_own_log_line(monkeypatch):
     import importlib
     import os
 
-    monkeypatch.syspath_prepend(str(runner.ADAPTERS))
+    for folder in runner.ADAPTER_PATH:
+        monkeypatch.syspath_prepend(str(folder))
     adapter = importlib.import_module("adapter_mistral_rs")
     monkeypatch.setattr(adapter, "KV_SEEN", [])
     read, write = os.pipe()
@@ -156,6 +158,7 @@ def test_an_openvino_row_is_judged_in_the_coarser_of_its_compute_and_its_kv_cach
     """OpenVINO's CPU plugin keeps an f16 KV cache under INFERENCE_PRECISION_HINT f32: that row is an fp16 row."""
     import importlib
 
-    monkeypatch.syspath_prepend(str(runner.ADAPTERS))
+    for folder in runner.ADAPTER_PATH:
+        monkeypatch.syspath_prepend(str(folder))
     adapter = importlib.import_module("adapter_openvino_intel")
     assert adapter.judged_in(hint, kv) == judged

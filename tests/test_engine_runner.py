@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from softcapgrad.engines import runner
+from softcapgrad.engines.forward import runner
 
 SCRIPT_HEAD = "import sys, time, json, os\nimport numpy as np\nimport adapter_protocol as protocol\n"
 
@@ -278,7 +278,7 @@ def test_once_stopping_no_child_starts(tmp_path):
 
 
 def test_the_routes_an_adapter_lets_share_a_process_and_the_rest_alone(tmp_path):
-    from softcapgrad.engines import catalog
+    from softcapgrad.engines.forward import catalog
 
     script = _adapter(tmp_path, SHARED.replace('PROCESSES = (("burn", "none", "crash", "pid"),)',
                                                'PROCESSES = (("burn", "pid"),)'))
@@ -308,7 +308,7 @@ def test_one_child_runs_each_model_it_is_given_on_the_variants_each_holds(tmp_pa
 
 
 def test_every_route_an_adapter_lets_share_a_process_is_one_of_its_routes():
-    from softcapgrad.engines import catalog
+    from softcapgrad.engines.forward import catalog
 
     for engine in catalog.engines().values():
         path = catalog._adapter_file(engine)

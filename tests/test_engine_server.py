@@ -16,8 +16,9 @@ import urllib.request
 import pytest
 
 from softcapgrad.core.checks import InputError
-from softcapgrad.engines import server, verdict
-from softcapgrad.engines.vocabulary import vocabulary
+from softcapgrad.engines.served import server
+from softcapgrad.engines.forward import verdict
+from softcapgrad.engines.forward.vocabulary import vocabulary
 
 from test_engine_llamacpp_vllm import inputs, installed
 

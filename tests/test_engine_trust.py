@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from softcapgrad.core.checks import InputError
-from softcapgrad.engines import environments as envs
+from softcapgrad.engines.environments import environments as envs
 
 NAME = "transformers-4"  # a real environment of the catalog, planted by hand (nothing is built)
 
@@ -153,7 +153,7 @@ def get_requires_for_build_wheel(config_settings=None):
 INSTALL = """
 import sys
 from pathlib import Path
-from softcapgrad.engines import environments
+from softcapgrad.engines.environments import environments
 environments.requirements_file = lambda name: Path(sys.argv[1])
 from softcapgrad.cli.app import app
 app(["engines", "install", *sys.argv[2:]])

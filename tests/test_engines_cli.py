@@ -53,7 +53,7 @@ def test_parity_that_knows_nothing_can_run_exits_2(cache, monkeypatch):
     before building anything, one line and exit 2."""
     import dataclasses
 
-    from softcapgrad.engines import catalog
+    from softcapgrad.engines.forward import catalog
 
     declared = dataclasses.replace(catalog.CATALOG["kerashub"], types=("gemma2", "gemma3_text"))
     monkeypatch.setitem(catalog.CATALOG, "kerashub", declared)
@@ -82,7 +82,7 @@ def test_update_refuses_what_it_cannot_merge_before_any_work(cache, tmp_path, pl
 
 
 def test_update_replaces_only_the_engines_measured_again():
-    from softcapgrad.engines import parity
+    from softcapgrad.engines.forward import parity
 
     def results(engine, verdict, models):
         return {"params": {}, "models": [{"model": m} for m in models],
@@ -150,3 +150,78 @@ def test_a_partial_run_does_not_replace_fuller_results(tmp_path, command, params
     assert len(lines) == 1 and "that this run does not measure" in lines[0]
     assert ("onnx" if command[0] == "parity" else "nanochat") in lines[0]
     assert json.loads((tmp_path / name).read_text(encoding="utf-8"))["params"] == params
+
+
+# --- every environment the project builds, by one name each ------------------------------------
+
+
+def _listed(*args: str) -> list[dict]:
+    result = CliRunner().invoke(app, ["engines", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["rows"]
+
+
+def test_the_listing_holds_every_environment_the_project_builds(cache):
+    from softcapgrad.engines.environments import environments
+
+    assert "train-peft" in environments.names() and "litgpt" in environments.names()  # the files are read
+    assert {r["environment"] for r in _listed()} == {"main", *environments.names()}
+
+
+def test_parity_and_train_parity_call_each_engine_by_one_name(cache):
+    """An engine both checks run in one environment has one name, the listing's; no former spelling is printed."""
+    from softcapgrad.engines.environments.environments import FORMER, MAIN
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.training import routes
+
+    forward = {e.environment: name for name, e in catalog.engines().items() if e.environment != MAIN}
+    shared = {name: forward[env] for name, env in routes.ENGINES.items() if env in forward}
+    assert shared and all(name == parity_name for name, parity_name in shared.items()), shared
+    printed = {r[k] for r in _listed() for k in ("engine", "environment")}
+    assert not printed & set(FORMER) and set(FORMER.values()) <= printed
+
+
+@pytest.mark.parametrize("name", ["train-peft", "peft-trl"])
+def test_install_and_remove_take_a_training_environment(cache, monkeypatch, name):
+    from test_engine_trust import _plant
+
+    from softcapgrad.engines.environments import environments
+
+    asked = []
+    monkeypatch.setattr(environments, "build_all", lambda names, jobs, say=None: asked.extend(names) or {})
+    result = CliRunner().invoke(app, ["engines", "install", name, "--json"])
+    assert result.exit_code == 0, result.output
+    assert asked == ["train-peft"] and json.loads(result.output)["params"]["environments"] == ["train-peft"]
+    here = _plant(cache / "softcapgrad" / "engines", "train-peft")
+    result = CliRunner().invoke(app, ["engines", "remove", name])
+    assert result.exit_code == 0 and "train-peft: removed" in result.output and not here.exists()
+
+
+def test_a_former_spelling_is_read_as_the_engines_name_and_never_printed(cache):
+    result = CliRunner().invoke(app, ["engines", "remove", "lit_gpt", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["params"]["environments"] == ["litgpt"]
+    result = CliRunner().invoke(app, ["parity", "--engine", "mlxlm"])
+    assert result.exit_code == 2 and "engine mlx-lm: its environment mlx-lm is not installed" in result.output
+    assert "mlxlm" not in result.output
+
+
+def test_the_size_column_is_the_bytes_on_disk(cache):
+    from test_engine_trust import _plant
+
+    here = _plant(cache / "softcapgrad" / "engines", "train-fused")
+    planted = sum(p.stat().st_size for p in here.rglob("*") if p.is_file())
+    (here / "blob").write_bytes(b"\0" * (3 * 2 ** 20 - planted))  # the folder's files: 3 MiB exactly
+    (here / "blob").chmod(0o644)
+    rows = {r["environment"]: r for r in _listed()}
+    assert rows["train-fused"]["state"] == "installed"
+    assert rows["train-fused"]["size_bytes"] == 3 * 2 ** 20 and rows["train-fused"]["size"] == "3.0 MiB"
+    assert rows["train-axolotl"]["size_bytes"] is None and rows["train-axolotl"]["size"] == "—"
+    table = CliRunner().invoke(app, ["engines"], env={"COLUMNS": "200"}).output
+    assert next(line for line in table.splitlines() if line.startswith("│") and "train-fused" in line).count(
+        "3.0 MiB") == 1
+
+
+def test_sizes_read_in_mib_below_a_gib_and_in_gib_above():
+    from softcapgrad.cli.engines import size_text
+
+    assert (size_text(0), size_text(2 ** 20 // 2), size_text(5 * 2 ** 30 // 2)) == ("—", "0.5 MiB", "2.5 GiB")

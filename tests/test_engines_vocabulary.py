@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from softcapgrad.engines.vocabulary import FILES, vocabulary, write_tokenizer
+from softcapgrad.engines.forward.vocabulary import FILES, vocabulary, write_tokenizer
 
 pytest.importorskip("sentencepiece")
 pytest.importorskip("tokenizers")
@@ -57,7 +57,8 @@ def test_tokenizer_json_round_trips_every_id_with_transformers(tmp_path):
 
 
 def _write_in_child(folder, seed: str) -> dict:
-    code = ("import sys, json; from pathlib import Path; from softcapgrad.engines.vocabulary import write_tokenizer;"
+    code = ("import sys, json; from pathlib import Path; "
+            "from softcapgrad.engines.forward.vocabulary import write_tokenizer;"
             "write_tokenizer(Path(sys.argv[1]), json.loads(sys.argv[2]))")
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env["PYTHONHASHSEED"] = seed

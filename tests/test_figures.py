@@ -124,7 +124,7 @@ def test_plot_option_and_missing_extra(cli, tmp_path, monkeypatch):
 
 
 def test_parity_figure_grows_with_its_matrix_and_names_every_verdict_drawn():
-    from softcapgrad.engines.figure import CELL, parity_figure
+    from softcapgrad.engines.forward.figure import CELL, parity_figure
 
     verdicts = ["applied", "ignored", "ignores the folder's caps", "no such architecture"]
     rows = [{"engine": f"e{i}", "route": "default", "model": f"m{j}", "cap": cap, "verdict": verdicts[(i + j) % 4],

@@ -18,13 +18,12 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import parity  # noqa: E402
-from softcapgrad.engines import reference as ref  # noqa: E402
+from softcapgrad.engines.forward import catalog, parity  # noqa: E402
+from softcapgrad.engines.forward import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
 TOKENS = 16  # longer than the tiny config's sliding window, so the local layers' window binds
-ADAPTERS = Path(parity.__file__).parent / "adapters"
-BOOTSTRAP = "import sys, runpy; sys.path.insert(0, {0!r}); runpy.run_path({0!r} + '/adapter_kerashub.py', run_name='__main__')"
+BOOTSTRAP = "import sys, runpy; sys.path[:0] = {0!r}; runpy.run_path({1!r}, run_name='__main__')"
 
 
 def _keras_pattern(n: int) -> list[str]:
@@ -69,7 +68,7 @@ def test_keras_hub_differs_from_transformers_by_the_layer_pattern_only(tmp_path,
     ids = _inputs(tmp_path)
     env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "KERAS_BACKEND": "jax"}
-    command = [str(python), "-I", "-c", BOOTSTRAP.format(str(ADAPTERS)), str(tmp_path), "default", "final-off",
+    command = [str(python), "-I", "-c", BOOTSTRAP.format([str(p) for p in catalog.ADAPTER_PATH], str(catalog.script("kerashub"))), str(tmp_path), "default", "final-off",
                "keras-pattern"]
     done = subprocess.run(command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                           timeout=300, start_new_session=True)

@@ -16,6 +16,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "softcapgrad"
 RANKS = {"core": 0, "laws": 1, "training": 2, "stacks": 3, "demos": 3, "models": 4, "files": 4, "integrations": 4,
          "experiments": 5, "engines": 5, "ledger": 6, "page": 6, "cli": 7}
 TOP_LEVEL = {"__init__", "__main__", "tether"}  # the package's entry and its public re-exports
+# engines/ is layered the same way, one folder per concern: the environments at the bottom, the forward check
+# (parity) on them, and what is built on parity beside one another; adapters/ holds the scripts the engines'
+# own interpreters run, which import nothing of the package but softcapgrad.training (adapter_monitor_check)
+ENGINE_RANKS = {"environments": 0, "adapters": 0, "forward": 1, "served": 2, "training": 2, "repro": 2, "releases": 2}
 
 
 def module_name(path: Path) -> str:
@@ -52,6 +56,27 @@ def layer(module: str) -> str | None:
     return parts[1] if parts[1] in RANKS else None
 
 
+def engine_folder(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["softcapgrad", "engines"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in ENGINE_RANKS else None
+
+
+def crossings(folder, ranks: dict) -> list[str]:
+    """Every import of a module in a lower or sibling folder (``folder``: a module's, None outside the ranks)."""
+    found = []
+    for path in FILES:
+        source = folder(module_name(path))
+        if source is None:
+            continue
+        for target, line, _ in imports(path):
+            to = folder(target)
+            if to is not None and to != source and ranks[to] >= ranks[source]:
+                found.append(f"{path.relative_to(PACKAGE)}:{line} imports {target}")
+    return found
+
+
 def graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for path in FILES:
@@ -66,16 +91,20 @@ def test_every_module_sits_in_a_layer():
 
 
 def test_no_layer_imports_a_higher_or_sibling_layer():
-    crossings = []
-    for path in FILES:
-        source = layer(module_name(path))
-        if source is None:
-            continue
-        for target, line, _ in imports(path):
-            to = layer(target)
-            if to is not None and to != source and RANKS[to] >= RANKS[source]:
-                crossings.append(f"{path.relative_to(PACKAGE)}:{line} imports {target}")
-    assert crossings == []
+    assert crossings(layer, RANKS) == []
+
+
+def test_engines_has_no_module_at_its_root():
+    assert sorted(p.name for p in (PACKAGE / "engines").glob("*.py")) == ["__init__.py"]
+
+
+def test_every_engines_module_sits_in_a_folder():
+    outside = [m for m in MODULES if layer(m) == "engines" and m != "softcapgrad.engines" and engine_folder(m) is None]
+    assert outside == []
+
+
+def test_no_engines_folder_imports_a_higher_or_sibling_folder():
+    assert crossings(engine_folder, ENGINE_RANKS) == []
 
 
 def test_no_import_circle():
@@ -117,6 +146,8 @@ def test_the_rules_see_a_crossing():
     node = probe.body[0].body[0]
     assert isinstance(node, ast.ImportFrom) and layer(node.module) == "cli"
     assert RANKS[layer(node.module)] > RANKS["laws"]
+    assert engine_folder("softcapgrad.engines.training.parity") == "training"
+    assert ENGINE_RANKS["training"] >= ENGINE_RANKS["repro"]  # siblings: an import between them is a crossing
 
 
 def test_public_names_keep_their_addresses():

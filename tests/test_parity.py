@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import reference as ref  # noqa: E402
-from softcapgrad.engines import verdict  # noqa: E402
+from softcapgrad.engines.forward import reference as ref  # noqa: E402
+from softcapgrad.engines.forward import verdict  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
 from paritymodels import TOKENS, _as_fp32_logprobs, _built, _config  # noqa: E402
@@ -254,7 +254,7 @@ def test_minus_infinity_where_the_reference_is_representable_is_an_error(capped)
 
 
 def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
-    from softcapgrad.engines import alternatives
+    from softcapgrad.engines.forward import alternatives
 
     model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the local layer's window binds
     reference = ref.reference(model, ids, ref.bind(model, ids))
@@ -274,7 +274,7 @@ def test_an_engine_that_drops_the_sliding_window_with_the_cap_is_named():
 
 
 def test_caps_swapped_and_the_final_cap_on_the_hidden_state_are_named(capped):
-    from softcapgrad.engines import alternatives
+    from softcapgrad.engines.forward import alternatives
 
     model, reference = capped
     reference.final_alternatives.update(alternatives.swapped_alternatives(model, reference.ids))
@@ -364,7 +364,7 @@ def test_a_pre_cap_difference_beyond_the_tolerance_is_shown_and_named_whatever_t
     at the logits' own scale: the row's tolerance times its largest |a/c|; beyond it, the table marks it and the
     answer names the engine even where the cap itself was applied."""
     from softcapgrad.cli.parity_report import answer_of as _answer
-    from softcapgrad.engines import parity
+    from softcapgrad.engines.forward import parity
 
     row = {"engine": "e", "route": "r", "model": "gemma2", "cap": "final", "verdict": "applied", "c": 30.0,
            "error": 1e-6, "error_off": 100.0, "tolerance": 1e-4, "reach": 4.0, "where": "token 0, id 0",
@@ -420,7 +420,8 @@ def test_a_finding_is_loaded_twice_and_a_model_that_changes_is_not_deterministic
     import sys
     from pathlib import Path
 
-    from softcapgrad.engines import catalog, determinism, environments, parity, parity_run
+    from softcapgrad.engines.forward import catalog, determinism, parity, parity_run
+    from softcapgrad.engines.environments import environments
 
     model, reference = capped
     path = tmp_path / "final-off.npy"

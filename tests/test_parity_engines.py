@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import catalog, parity_run  # noqa: E402
-from softcapgrad.engines import reference as ref  # noqa: E402
+from softcapgrad.engines.forward import catalog, parity_run  # noqa: E402
+from softcapgrad.engines.forward import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
 TOKENS = 12  # longer than the tiny config's sliding window (reference.WINDOW)

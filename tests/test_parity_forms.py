@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import alternatives  # noqa: E402
-from softcapgrad.engines import reference as ref  # noqa: E402
-from softcapgrad.engines import verdict  # noqa: E402
+from softcapgrad.engines.forward import alternatives  # noqa: E402
+from softcapgrad.engines.forward import reference as ref  # noqa: E402
+from softcapgrad.engines.forward import verdict  # noqa: E402
 from paritymodels import _as_fp32_logprobs, _built, _config  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def test_an_engine_that_makes_every_layer_local_is_named():
     """mistral.rs's multimodal Gemma 3 reads no layer_types: a 2-layer model is all local. Judged on its capped
     log-probabilities alone, the final row names that form; with every token inside the window the form is the
     reference itself (it plants nothing else)."""
-    from softcapgrad.engines import alternatives
+    from softcapgrad.engines.forward import alternatives
 
     model, ids = _built(sliding_window=4)  # shorter than the 12 tokens: the full layer made local changes it
     reference = ref.reference(model, ids, ref.bind(model, ids))

@@ -22,7 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from softcapgrad.cli.app import app
-from softcapgrad.engines import provenance, repro, repro_check
+from softcapgrad.engines.environments import provenance
+from softcapgrad.engines.repro import repro
+from softcapgrad.engines.forward import bundle_check
 
 pytest.importorskip("transformers")
 
@@ -75,7 +77,8 @@ def _rows(engine: str) -> list[dict]:
 def planted(tmp_path, monkeypatch):
     """parity's measurement replaced: one engine's two routes on a planted gemma2 whose default route gives the
     reference without the attention cap (to 1e-9); the CPU read from a planted file, the date fixed."""
-    from softcapgrad.engines import parity, parity_run, provenance as prov
+    from softcapgrad.engines.forward import parity, parity_run
+    from softcapgrad.engines.environments import provenance as prov
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
@@ -150,7 +153,8 @@ def test_an_update_on_another_cpu_marks_the_rows_measured_there(planted):
 
 @pytest.mark.parametrize("engine", ["transformers", "onnx"])
 def test_a_bundle_holds_the_model_the_data_a_standalone_script_and_the_report(planted, engine, monkeypatch):
-    from softcapgrad.engines import catalog, environments
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.environments import environments
 
     monkeypatch.setattr(environments, "ready", lambda *a, **k: environments.main_state())  # onnx: as if installed
     monkeypatch.setattr(subprocess, "Popen", None)  # nothing in a bundle may run while it is written
@@ -165,8 +169,8 @@ def test_a_bundle_holds_the_model_the_data_a_standalone_script_and_the_report(pl
         ("attention", "final-off", "reference/final-off.npy", "reference/uncapped.npy", "ignored")]
     reference = _reference()
     assert np.array_equal(np.load(bundle / "reference" / "uncapped.npy"),
-                          repro_check.log_probs(reference.logits["uncapped"]))
-    got = repro_check.check(data["caps"][0], bundle, {"final-off": reference.logits["uncapped"] + 1e-9})
+                          bundle_check.log_probs(reference.logits["uncapped"]))
+    got = bundle_check.check(data["caps"][0], bundle, {"final-off": reference.logits["uncapped"] + 1e-9})
     assert got["verdict"] == "ignored" and got["error"] > 1.0 and got["error_without"] < 1e-6
     report = (bundle / "REPORT.md").read_text(encoding="utf-8")
     assert f"log-probability {got['reference']:.6g} (the reference with the cap" in report and f"Came back: {got['engine']:.6g}" in report
@@ -211,7 +215,7 @@ def _script(folder, name: str, body: str):
 
 
 def test_python_refuses_what_is_no_working_interpreter_in_one_line(planted, monkeypatch):
-    from softcapgrad.engines import interpreter
+    from softcapgrad.engines.forward import interpreter
 
     monkeypatch.setattr(interpreter, "PROBE_TIMEOUT", 1.0)
     plain = planted / "plain.txt"
@@ -298,18 +302,18 @@ def test_python_runs_the_engine_with_the_interpreter_given_and_records_it(engine
 
 
 def test_the_bundles_comparison_gives_each_verdict_from_its_numbers():
-    """repro_check.judge on planted log-probabilities: the two forms 1.0 apart, the tolerance 1e-3."""
-    expected = repro_check.log_probs(np.zeros((3, 4)))
-    without = repro_check.log_probs(np.array([[0.0, 1.0, 0.0, 0.0]] * 3))
-    say = lambda lp, **k: repro_check.judge(lp, expected, without, 1e-3, **k)["verdict"]  # noqa: E731
+    """bundle_check.judge on planted log-probabilities: the two forms 1.0 apart, the tolerance 1e-3."""
+    expected = bundle_check.log_probs(np.zeros((3, 4)))
+    without = bundle_check.log_probs(np.array([[0.0, 1.0, 0.0, 0.0]] * 3))
+    say = lambda lp, **k: bundle_check.judge(lp, expected, without, 1e-3, **k)["verdict"]  # noqa: E731
     assert say(expected + 5e-4) == "applied" and say(without - 5e-4) == "ignored" and say(expected + 0.3) == "different"
-    assert repro_check.judge(expected, expected, expected + 1e-3, 1e-3)["verdict"] == "not bound"  # forms ≤ 10 tol
+    assert bundle_check.judge(expected, expected, expected + 1e-3, 1e-3)["verdict"] == "not bound"  # forms ≤ 10 tol
     assert say(expected + 0.02, ratio=True) == "applied" and say((expected + without) / 2, ratio=True) == "not bound"
-    got = repro_check.judge(without, expected, without, 1e-3)
+    got = bundle_check.judge(without, expected, without, 1e-3)
     assert (got["position"], got["token_id"], got["engine"]) == (0, 1, float(without[0, 1]))  # the worst entry
-    moved = repro_check.unused(expected, np.ones((3, 4)) * [0, 2, 0, 0], {"error": 0.0, "error_without": 1.0}, 1e-3, 0)
+    moved = bundle_check.unused(expected, np.ones((3, 4)) * [0, 2, 0, 0], {"error": 0.0, "error_without": 1.0}, 1e-3, 0)
     assert moved["verdict"] == "applies the cap" and moved["moved"] > 0.5  # removing it moved the engine
-    agrees = repro_check.unused(expected, np.zeros((3, 4)), {"error": 0.0, "error_without": 1.0}, 1e-3, 0)
+    agrees = bundle_check.unused(expected, np.zeros((3, 4)), {"error": 0.0, "error_without": 1.0}, 1e-3, 0)
     assert agrees == {"verdict": "agrees with transformers", "moved": 0.0}
 
 
@@ -343,7 +347,7 @@ def test_rows_that_say_nothing_of_the_engine_get_no_bundle():
 
 
 def test_an_interrupted_run_leaves_no_bundle_folder_and_no_stage(planted, monkeypatch):
-    from softcapgrad.engines import parity_run
+    from softcapgrad.engines.forward import parity_run
 
     def interrupted(sources, *args, **kwargs):
         keep = sources[0][2]

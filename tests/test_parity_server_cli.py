@@ -69,8 +69,8 @@ def test_parity_server_judges_a_real_llama_cpp_server(cli, tmp_path):
 def served(tmp_path_factory):
     """A tiny capped Gemma 2 folder, the capped reference's log-probabilities for the prompt parity --server asks
     (seed 0, 16 tokens) as serving.check builds it, and the folder's token pieces."""
-    from softcapgrad.engines import reference as ref, verdict
-    from softcapgrad.engines.vocabulary import vocabulary
+    from softcapgrad.engines.forward import reference as ref, verdict
+    from softcapgrad.engines.forward.vocabulary import vocabulary
     from softcapgrad.models import audit
 
     _, folder = inputs(tmp_path_factory.mktemp("served"), "gemma2", "final_logit_softcapping=30",

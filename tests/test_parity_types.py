@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import modeltypes, parity, verdict  # noqa: E402
-from softcapgrad.engines import reference as ref  # noqa: E402
+from softcapgrad.engines.forward import modeltypes, parity, verdict  # noqa: E402
+from softcapgrad.engines.forward import reference as ref  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
 TOKENS = 16  # the parity default: twice the tiny window (modeltypes.WINDOW)
@@ -92,9 +92,10 @@ def test_a_type_parity_does_not_build_is_refused_in_one_line():
 
 def test_a_model_type_the_loaded_transformers_does_not_know_is_no_such_architecture(tmp_path, monkeypatch):
     """transformers 4.57.6 has no beam, nanochat or inkling2: its refusal is "no such architecture", not a failure."""
-    from softcapgrad.engines import catalog
+    from softcapgrad.engines.forward import catalog
 
-    monkeypatch.syspath_prepend(str(catalog.ADAPTERS))
+    for folder in catalog.ADAPTER_PATH:
+        monkeypatch.syspath_prepend(str(folder))
     import adapter_protocol as protocol
     import adapter_transformers_load as transformers_load
 

@@ -1,9 +1,9 @@
-"""Releases and outcomes into ranges (engines/ranges.py), on generated release lists and outcome sequences."""
+"""Releases and outcomes into ranges (engines/releases/ranges.py), on generated release lists and outcome sequences."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from softcapgrad.engines import ranges
+from softcapgrad.engines.releases import ranges
 
 OUTCOMES = st.sampled_from([("sdpa", "ignored"), ("eager", "applied"), ("sdpa", "could not run")])
 

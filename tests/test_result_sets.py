@@ -246,7 +246,7 @@ def test_a_move_that_fails_puts_back_the_files_moved_before_it(tmp_path, monkeyp
 @pytest.fixture()
 def parity_env(tmp_path, monkeypatch):
     """No engine environment on disk but softcapgrad's own; parity's measurement replaced by one row of gemma2."""
-    from softcapgrad.engines import parity, parity_run
+    from softcapgrad.engines.forward import parity, parity_run
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     reference = types.SimpleNamespace(caps={"final": 30.0, "attention": 50.0}, reach={"final": 1.5}, scales={},

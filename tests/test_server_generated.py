@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from softcapgrad.engines import server
+from softcapgrad.engines.served import server
 from test_server_hostile import IDS, MODELS, PIECES, listening
 
 EXAMPLES = 60  # per test: each example is two HTTP requests on the loopback, a few ms each

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from softcapgrad.core.checks import InputError
-from softcapgrad.engines import server
+from softcapgrad.engines.served import server
 
 PIECES = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<t{i}>" for i in range(4, 16)]
 IDS = list(range(4, 12))

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from softcapgrad.engines import train_parity, train_reference as tr, train_results
+from softcapgrad.engines.training import parity as train_parity, reference as tr, results as train_results
 from softcapgrad.laws import formats
 from softcapgrad.stacks import registry
 

@@ -19,10 +19,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from softcapgrad.engines import catalog, modeltypes  # noqa: E402
-from softcapgrad.engines import reference as ref  # noqa: E402
-from softcapgrad.engines import train_reference as tr  # noqa: E402
-from softcapgrad.engines import train_verdict as tv  # noqa: E402
+from softcapgrad.engines.forward import catalog, modeltypes  # noqa: E402
+from softcapgrad.engines.forward import reference as ref  # noqa: E402
+from softcapgrad.engines.training import reference as tr  # noqa: E402
+from softcapgrad.engines.training import verdict as tv  # noqa: E402
 from softcapgrad.models import audit  # noqa: E402
 
 
@@ -32,8 +32,7 @@ def verdict_ratio() -> float:
 
 def _adapter():
     """The adapter script as a module (its siblings on the path, as the runner's child has them)."""
-    if str(catalog.ADAPTERS) not in sys.path:
-        sys.path.append(str(catalog.ADAPTERS))
+    sys.path += [str(p) for p in catalog.ADAPTER_PATH if str(p) not in sys.path]
     spec = importlib.util.spec_from_file_location("adapter_train_transformers", catalog.script("train_transformers"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -173,7 +172,7 @@ def test_every_folder_of_a_run_carries_the_capped_folders_tokenizer(bound, tmp_p
     """A route that builds its tokenizer from the folder must find the same one in the sweep and rows folders as in
     the capped one: without it transformers builds its default for the model type, which pads on the other side
     (axolotl's sweeps read padding positions until the folders carried it)."""
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     _capped_folder(bound, tmp_path)
     folders = [*train_parity.sweep_folders(bound[0], bound[1], tmp_path)]
@@ -188,7 +187,7 @@ def test_every_folder_of_a_run_carries_the_capped_folders_tokenizer(bound, tmp_p
 
 def test_the_attention_cap_bracket_leaves_out_masked_scores_and_non_positive_inputs():
     """A masked score gets no dL/dz, so its dL/da is 0 whatever the cap does: it must not count as a zero."""
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     calls = np.array([[10.0, 1e-3, 1.0, 50.0], [400.0, 1e-9, 1.0, 50.0], [460.0, 0.0, 1.0, 50.0],
                       [300.0, 0.0, 0.0, 50.0], [-470.0, 0.0, 1.0, 50.0], [500.0, 0.0, 1.0, 50.0]])
@@ -200,7 +199,7 @@ def test_the_attention_cap_bracket_leaves_out_masked_scores_and_non_positive_inp
 
 
 def test_an_attention_row_says_whether_the_route_ran_no_cap_or_exposes_nothing(monkeypatch):
-    from softcapgrad.engines import train_parity, train_zeros
+    from softcapgrad.engines.training import parity as train_parity, zeros as train_zeros
 
     monkeypatch.setattr(train_zeros, "stacks_within", lambda zero, c: [])  # every CPU stack compiled: not asked here
 
@@ -232,7 +231,7 @@ def test_a_step_file_with_a_malformed_attention_array_is_unreadable(tmp_path):
 
 
 def test_a_route_without_a_first_zero_says_why():
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     none = dict(train_parity.NO_ZERO)
     row = {"verdict": tv.DIFFERENT}
@@ -250,7 +249,7 @@ def test_a_route_without_a_first_zero_says_why():
 
 
 def test_the_first_zero_is_the_smallest_dead_input_with_the_last_alive_below_it():
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     a = np.array([[10.0, 270.0, 271.0, 400.0, -500.0], [269.0, 275.0, 0.5, 280.0, 3.0]])
     da = np.array([[1e-3, 1e-9, 0.0, 0.0, 0.0], [1e-8, 2e-9, 0.3, 0.0, 0.0]])
@@ -275,7 +274,9 @@ def test_trainer_at_its_defaults_through_the_runner_keeps_both_caps(bound, tmp_p
     """The real adapter in a child (main environment, Trainer, fp32): both caps applied, and each cap's first zero
     where stacks' torch-eager-cpu has fp32's, the final cap's at c = 30 and the attention cap's at c = 50 (read
     from every attention-cap call of the step on the folder whose queries push it to |a/c| = 24)."""
-    from softcapgrad.engines import environments, runner, train_parity
+    from softcapgrad.engines.environments import environments
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
 
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
@@ -297,7 +298,7 @@ def test_trainer_at_its_defaults_through_the_runner_keeps_both_caps(bound, tmp_p
 def test_the_run_lists_the_adapters_routes_and_the_adapter_imports_no_softcapgrad():
     import ast
 
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     path = catalog.script(train_parity.ADAPTER)
     assert set(catalog._literal_routes(path)) == {r.id for r in train_parity.ROUTES}
@@ -375,7 +376,7 @@ def test_a_cap_that_is_not_set_leaves_one_reference_of_each_pair(bound):
 def _capped_folder(bound, tmp_path):
     """The bound model's folder (with its tokenizer) and ids under ``tmp_path``, as a route reads them; its
     reference."""
-    from softcapgrad.engines import runner
+    from softcapgrad.engines.forward import runner
 
     model, ids = bound[0], bound[1]
     runner.write_ids(tmp_path, ids)
@@ -389,7 +390,7 @@ def test_peft_lora_and_trl_sft_through_the_runner(bound, tmp_path, engine_enviro
     """peft LoRA and trl's SFTTrainer live from their environment on Gemma 2: LoRA keeps both caps forward and
     backward; SFTTrainer at SFTConfig's defaults trains in bf16 through trl's fused head, and with bf16=False that
     head keeps both caps forward and backward."""
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     state = engine_environment("train-peft")
     reference = _capped_folder(bound, tmp_path)
@@ -412,7 +413,7 @@ def test_axolotl_trains_gemma2_on_sdpa_and_its_cpu_default_cannot_start(bound, t
     ignored and the final cap kept, its gradient first 0 where stacks' torch-eager-cpu has it (read on the sweep
     folder, whose batch axolotl pads as the folder's tokenizer says); axolotl's own default on a CPU (bf16: auto
     becomes fp16) stops before the step with float32 hidden states meeting float16 weights."""
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     state = engine_environment("train-axolotl")
     reference = _capped_folder(bound, tmp_path)
@@ -438,7 +439,8 @@ def test_easydel_trains_gemma2_without_its_attention_cap_on_another_window_and_r
     the local window one key wider) and without the attention cap, which it never passes to its attention; its final
     cap, judged on the step's own dL/da (a zero probe added before the cap), is applied; at its defaults it reads
     the folder through float16 and computes the attention in bf16: another model, its final cap still its own."""
-    from softcapgrad.engines import alternatives, train_parity
+    from softcapgrad.engines.forward import alternatives
+    from softcapgrad.engines.training import parity as train_parity
 
     state = engine_environment("train-easydel")
     reference = _capped_folder(bound, tmp_path)
@@ -461,7 +463,8 @@ def test_easydel_bf16_cap_gradient_dies_where_xla_s_does(bound, tmp_path, engine
     bracketed by the a of a forward jitted as the step is, holds jax-jit-cpu's bf16 first zero (c = 30: 104). An
     eager forward's a is not the step's in bf16 (it rounds every op where XLA's fused one does not): bracketed by
     it, the first zero had read 64, earlier than any stack."""
-    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
     from softcapgrad.stacks import registry
 
     state = engine_environment("train-easydel")
@@ -485,7 +488,7 @@ def test_penzai_names_the_loader_gemma_would_need_and_why_it_cannot_take_the_fol
     """penzai live from its environment: asked for a reader of Gemma 2 weights, it has none of a Hugging Face folder
     (its Hugging Face readers are of other families), and its Gemma loader builds only its presets' layer counts;
     the row is that reason, measured from the installed penzai."""
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     state = engine_environment("train-penzai")
     reference = _capped_folder(bound, tmp_path)
@@ -497,7 +500,7 @@ def test_penzai_names_the_loader_gemma_would_need_and_why_it_cannot_take_the_fol
 
 
 def test_a_rows_versions_name_the_library_that_trained_first():
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     versions = {"torch": "2.13.0+cpu", "axolotl": "0.19.0", "transformers": "5.16.1", "posthog": "6.7.11",
                 "trl": "1.9.0"}
@@ -507,7 +510,7 @@ def test_a_rows_versions_name_the_library_that_trained_first():
 
 
 def test_the_answer_quotes_a_short_reason_whole_and_a_long_one_to_its_first_clause():
-    from softcapgrad.engines import train_results
+    from softcapgrad.engines.training import results as train_results
 
     short = "RuntimeError: expected m1 and m2 to have the same dtype, but got: float != c10::Half"
     long = "ValueError: Received 13 parameters not in model: " + ", ".join(f"model.w{i}" for i in range(40))
@@ -530,16 +533,17 @@ def test_a_final_cap_on_the_hidden_state_is_applied_to_another_tensor(bound):
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("torch_tune")
+@pytest.mark.engine_environments("torchtune")
 def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path, engine_environment):
     """torchtune's full fine-tune step, live from parity's torchtune environment: as its named builders pass the
     caps, both are swapped and the final one caps the hidden state; with the config's caps the final cap still caps
     the hidden state. Its gradients, converted back by torchtune's own gemma2_tune_to_hf, come back with the pre- and
     post-feed-forward norms exchanged (its _convert_weights maps one onto the other), which these models, whose
     norms hold gains drawn apart, see forward too: each route matches the reference with the same exchange."""
-    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
 
-    state = engine_environment("torch_tune")
+    state = engine_environment("torchtune")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
@@ -559,14 +563,15 @@ def test_torchtune_trains_its_own_gemma2_with_the_caps_elsewhere(bound, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("lit_gpt")
+@pytest.mark.engine_environments("litgpt")
 def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path, engine_environment):
     """LitGPT's finetune_full step, live from parity's LitGPT environment: its named gemma-2-2b config carries both
     caps, applied forward and backward (the final one on its own a, which the route exposes); its converter gives the output head a copy of the tied embedding, which the
     route says (the two gradients are summed as the tied model's)."""
-    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
 
-    state = engine_environment("lit_gpt")
+    state = engine_environment("litgpt")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
@@ -578,22 +583,23 @@ def test_litgpt_trains_gemma2_with_both_caps_and_its_head_untied(bound, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("torch_tune", "lit_gpt")
-@pytest.mark.parametrize("engine", ["torch_tune", "lit_gpt"])
+@pytest.mark.engine_environments("torchtune", "litgpt")
+@pytest.mark.parametrize("engine, adapter", [("torchtune", "torch_tune"), ("litgpt", "lit_gpt")])
 def test_the_monitor_counts_inside_torchtune_and_litgpt_steps_as_a_brute_force_does(bound, tmp_path,
-                                                                                  engine_environment, engine):
+                                                                                  engine_environment, engine, adapter):
     """softcapgrad's DeadZoneMonitor around two steps of torchtune's full fine-tune recipe and of LitGPT's
     finetune_full (an SGD update between them: the first step watched op by op, the second through the sites it
     learnt), on the capped model with its final site pushed to |a/c| = 24, past fp32's horizon: per module, the
     tanh calls, elements, outputs stored as ±1 and exact-zero gradients it counts are the brute force's (every
     tanh the library called, recorded by a function mode of its own), and there are some of each."""
-    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
 
     state = engine_environment(engine)
     model, ids = bound[0], bound[1]
     _capped_folder(bound, tmp_path)
     pushed = train_parity.sweep_folders(model, ids, tmp_path)[-1]
-    outcome = runner.run(state.python, f"train_{engine}", "monitor", tmp_path, [pushed], 300)
+    outcome = runner.run(state.python, f"train_{adapter}", "monitor", tmp_path, [pushed], 300)
     assert outcome.reason is None, outcome.stderr
     with np.load(tmp_path / "out" / "monitor" / f"{pushed}.npz", allow_pickle=False) as step:
         modules, watched, brute = list(step["monitor/modules"]), step["monitor/watched"], step["monitor/brute"]
@@ -608,7 +614,8 @@ def test_keras_hub_fit_keeps_both_caps_on_jax_and_torch(bound, tmp_path, engine_
     """Keras Hub's own Gemma 2, one fit step on each backend, live from its environment: both caps applied forward
     and backward in float32; its gradients, read through SGD and mapped back by Keras Hub's own converter, lie
     within the fp32 bound of transformers'."""
-    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
 
     state = engine_environment("train-kerashub")
     model, ids, reference = bound[0], bound[1], bound[2]
@@ -624,8 +631,7 @@ def test_keras_hub_fit_keeps_both_caps_on_jax_and_torch(bound, tmp_path, engine_
 def test_keras_gradients_go_back_through_the_converters_rearrangement():
     """Keras Hub's converter reshapes and transposes a query projection (heads × head size, hidden) into a kernel
     (heads, hidden, head size): a gradient in the kernel's layout lands on the transformers entry it came from."""
-    if str(catalog.ADAPTERS) not in sys.path:
-        sys.path.append(str(catalog.ADAPTERS))
+    sys.path += [str(p) for p in catalog.ADAPTER_PATH if str(p) not in sys.path]
     spec = importlib.util.spec_from_file_location("adapter_train_kerashub", catalog.script("train_kerashub"))
     keras_adapter = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(keras_adapter)
@@ -641,7 +647,7 @@ def test_keras_gradients_go_back_through_the_converters_rearrangement():
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("torch_tune")
+@pytest.mark.engine_environments("torchtune")
 def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path, engine_environment):
     """The same exchange seen forward, where parity's tiny models hide it: with distinct weights in the two
     feed-forward norms, torchtune's log-probs (parity's adapter, config caps) lie within the fp32 whole-model bound of
@@ -649,9 +655,9 @@ def test_torchtune_exchanges_the_feed_forward_norms_forward_too(bound, tmp_path,
     as the folder holds it."""
     import torch
 
-    from softcapgrad.engines import runner, verdict
+    from softcapgrad.engines.forward import runner, verdict
 
-    state = engine_environment("torch_tune")
+    state = engine_environment("torchtune")
     model, ids = copy.deepcopy(bound[0]), bound[1]
     g = torch.Generator().manual_seed(1)
     layers = model.model.layers
@@ -695,7 +701,7 @@ def test_a_model_that_differs_elsewhere_is_not_said_to_give_its_cap_another_grad
 def test_a_model_without_its_sliding_window_is_named_and_its_caps_still_judged(bound):
     """A route whose local layers attend to every token (mlx-lm's Gemma 2): the attention row says the model is
     'different' and names the form; the final cap, judged on the route's own a, is applied."""
-    from softcapgrad.engines.alternatives import WINDOWLESS
+    from softcapgrad.engines.forward.alternatives import WINDOWLESS
 
     reference = bound[2]
     windowless = reference.others[WINDOWLESS]
@@ -712,7 +718,7 @@ def test_a_model_that_differs_outside_the_caps_is_placed_and_its_caps_judged_the
     the attention cap: planted in the float64 reference, such a step is placed in that form's cell (each deviation
     moves the log-probs far beyond the tolerance here), its attention cap ignored and its final cap applied; with
     the attention cap kept, both are applied. The forms leave the model as it was."""
-    from softcapgrad.engines import alternatives
+    from softcapgrad.engines.forward import alternatives
 
     reference = bound[2]
     model, ids = reference.model, reference.ids
@@ -737,8 +743,8 @@ def test_a_model_that_differs_outside_the_caps_is_placed_and_its_caps_judged_the
 def test_a_bf16_rounding_of_part_of_the_model_is_no_other_model_for_a_bf16_route(bound):
     """The rotary-in-bf16 forms are cells for an fp32 route only: a bf16 route rounds at least that much of its own,
     and must not be placed there instead of deciding its caps (a bf16 Trainer step was, before this rule)."""
-    from softcapgrad.engines import alternatives
-    from softcapgrad.engines.catalog import LOW
+    from softcapgrad.engines.forward import alternatives
+    from softcapgrad.engines.forward.catalog import LOW
 
     others = {**bound[2].others, **{n + off: None for n in tr.OUTSIDE for off in ("", tr.OFF)}}  # Gemma 3's too
     rounded = {n for n in others if "rotary" in n}
@@ -766,17 +772,18 @@ def test_a_frozen_parameter_is_left_out_only_where_the_route_names_it(bound, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("mlxlm")
+@pytest.mark.engine_environments("mlx-lm")
 def test_mlx_lm_trains_gemma2_without_its_window_and_its_cap_gradient_outlives_torchs(bound, tmp_path,
                                                                                        engine_environment):
     """mlx-lm's own Gemma 2 on the MLX CPU build, live: the full fine-tune and the LoRA step both match the model
     without the sliding window (caps applied, gradients within fp32's bound of that model's), the full step names
     the embedding and final norm frozen, and past torch's fp32 first zero (|a/c| ≈ 9) MLX's tanh backward still
     gives a non-zero dL/da: its first zero lies beyond |a/c| = 24."""
-    from softcapgrad.engines import runner, train_parity
-    from softcapgrad.engines.alternatives import WINDOWLESS
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
+    from softcapgrad.engines.forward.alternatives import WINDOWLESS
 
-    state = engine_environment("mlxlm")
+    state = engine_environment("mlx-lm")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
@@ -797,7 +804,7 @@ def test_every_eager_route_loads_eager_attention():
     """The loader gives eager attention to route names ending in 'eager': each training route whose description
     says eager must reach it under such a name (eager-bf16 once loaded the default attention, sdpa in transformers
     4.57.6 and 5.0.0, and so trained without the attention cap while its row said eager)."""
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
 
     adapter = _adapter()
     said_eager = [r.id for r in train_parity.ROUTES if 'attn_implementation="eager"' in r.text]
@@ -816,7 +823,7 @@ def test_cut_cross_entropy_keeps_the_final_cap_only_when_it_is_passed(bound, tmp
     zero on this CPU (259.93 here with AVX-512 code, where torch eager's is 270.33)."""
     import torch
 
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
     from softcapgrad.stacks import registry
 
     state = engine_environment("train-fused")
@@ -852,7 +859,7 @@ def _result(engines: dict, models: list[str], seed: int = 0) -> dict:
 
 
 def test_an_update_replaces_only_the_engines_and_types_it_measured():
-    from softcapgrad.engines import train_results
+    from softcapgrad.engines.training import results as train_results
 
     old = _result({"transformers": "old", "litgpt": "old"}, ["gemma2", "nanochat"])
     new = _result({"litgpt": "new"}, ["gemma2", "gemma3_text"])
@@ -868,7 +875,7 @@ def test_an_update_replaces_only_the_engines_and_types_it_measured():
 def test_an_update_on_another_cpu_keeps_both_records_and_marks_the_rows_measured_there():
     """A compiled stack's first zero (and so a row's stacks_within) can depend on the CPU: rows merged from a run on
     another CPU than most are marked, and the earlier run's record stays beside the new one."""
-    from softcapgrad.engines import train_results
+    from softcapgrad.engines.training import results as train_results
 
     def on(cpu: str, result: dict) -> dict:
         record = {"cpu": {"model": cpu, "flags": ["avx2"]}, "date": "2026-12-06", "environments": {}}
@@ -925,14 +932,15 @@ def test_an_update_run_keeps_the_engines_it_did_not_measure(cli, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.engine_environments("gemma_jax")
+@pytest.mark.engine_environments("gemma-jax")
 def test_deepmind_gemma_gives_its_own_reason_for_not_training_a_hugging_face_folder(bound, tmp_path,
                                                                                   engine_environment):
     """gemma (JAX) trains from its own checkpoints and ships no reader of a Hugging Face folder: its row says so, as
     read from the installed library, and no converter of ours stands in for it."""
-    from softcapgrad.engines import runner, train_parity
+    from softcapgrad.engines.forward import runner
+    from softcapgrad.engines.training import parity as train_parity
 
-    state = engine_environment("gemma_jax")
+    state = engine_environment("gemma-jax")
     model, ids, reference = bound[0], bound[1], bound[2]
     runner.write_ids(tmp_path, ids)
     tr.save_folder(model, tmp_path / "capped")
@@ -969,7 +977,7 @@ def test_head_rows_give_each_position_its_designed_input_and_show_the_same_first
     import torch
     from transformers import AutoModelForCausalLM
 
-    from softcapgrad.engines import train_parity
+    from softcapgrad.engines.training import parity as train_parity
     from softcapgrad.stacks import registry
 
     model, ids, reference = bound[0], bound[1], bound[2]
@@ -999,7 +1007,7 @@ def test_head_rows_give_each_position_its_designed_input_and_show_the_same_first
 
 
 def test_the_first_zero_sentence_names_a_route_outside_its_stack_and_the_stacks_within():
-    from softcapgrad.engines import train_results
+    from softcapgrad.engines.training import results as train_results
 
     row = {"cap": "final", "precision": "fp32", "c": 30.0, "stack_first_zero": 270.325, "model": "gemma2",
            "stack": "torch-eager-cpu (float32)"}

@@ -178,13 +178,16 @@ def bounded(option: str, value: int, low: int, high: int) -> int:
     return value
 
 
-def pick(option: str, given: list[str] | None, allowed, default: list[str] | None = None) -> list[str]:
-    """Repeatable choices, case-insensitive: 'all' means all of them; none given means ``default``; duplicates drop."""
+def pick(option: str, given: list[str] | None, allowed, default: list[str] | None = None,
+         former: dict | None = None) -> list[str]:
+    """Repeatable choices, case-insensitive: 'all' means all of them; none given means ``default``; duplicates drop.
+    ``former``: old spellings -> the names ``allowed`` holds now, accepted as those."""
     if not given:
         return list(allowed) if default is None else default
     if any(g.strip().lower() == "all" for g in given):
         return list(allowed)
-    return list(dict.fromkeys(choice(option, value, allowed) for value in given))
+    former = former or {}
+    return list(dict.fromkeys(choice(option, former.get(value.strip().lower(), value), allowed) for value in given))
 
 
 # --- running a computation -------------------------------------------------------------------

@@ -20,7 +20,8 @@ def _say(line: str) -> None:
 def _plan(names: list[str], types: list[str], explicit: bool, install: bool, jobs: int = 1) -> dict:
     """Each environment's state, installed first where asked (``jobs`` builds at a time); one line and exit 2 when
     nothing can run."""
-    from softcapgrad.engines import catalog, environments
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.environments import environments
 
     known = catalog.engines()
     if install:
@@ -107,9 +108,10 @@ def parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
-        from softcapgrad.engines import catalog, modeltypes, parity as run, parity_run, reference, runner
+        from softcapgrad.engines.environments.environments import FORMER
+        from softcapgrad.engines.forward import catalog, modeltypes, parity as run, parity_run, reference, runner
         from softcapgrad.cli import parity_runs as extra
-        from softcapgrad.engines import repro_report
+        from softcapgrad.engines.repro import report as repro_report
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
@@ -118,7 +120,7 @@ def parity(
             return _served(directory, server, server_model, engine, model_type, install, out, set_, seq_len, seed,
                            timeout)
         known = catalog.engines()
-        names = pick("--engine", engine, tuple(known))
+        names = pick("--engine", engine, tuple(known), former=FORMER)
         explicit = bool(engine) and not any(e.strip().lower() == "all" for e in engine)
         if directory is not None:
             not_with({"--model-type": model_type}, "with a model directory")
@@ -176,7 +178,7 @@ def parity(
                   **({"python": facts["path"]} if facts else {}), **({"repro": str(repro)} if repro else {})}
         written: list = []
         if out is not None:  # the set is staged whole (the figure too), then put in place together
-            from softcapgrad.engines.figure import parity_figure
+            from softcapgrad.engines.forward.figure import parity_figure
 
             data = {"params": params, **run.as_dict(results, extra.provenance(states, facts))}
             if update:
@@ -195,7 +197,8 @@ def parity(
 def _served(directory, url, model, engine, model_type, install, out, sets, seq_len, seed, timeout) -> Report:
     """parity DIR --server URL: the user's deployment against the reference of DIR."""
     from softcapgrad.core.report import Table
-    from softcapgrad.engines import reference, server, serving
+    from softcapgrad.engines.forward import reference
+    from softcapgrad.engines.served import server, serving
     from softcapgrad.models import audit
 
     if url is None:
@@ -224,32 +227,64 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
 engines_app = typer.Typer(add_completion=False, no_args_is_help=False)
 
 
+def size_text(size: int) -> str:
+    """Bytes on disk as the listing prints them: MiB below a GiB, GiB above, one decimal; "—" for nothing."""
+    if not size:
+        return "—"
+    return f"{size / 2 ** 30:.1f} GiB" if size >= 2 ** 30 else f"{size / 2 ** 20:.1f} MiB"
+
+
+def _training_only() -> dict:
+    """Each environment only train-parity uses -> the train-parity engines that use it."""
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.training import routes
+
+    forward = set(catalog.environments())
+    only: dict = {}
+    for name, env in routes.ENGINES.items():
+        if env not in forward:
+            only.setdefault(env, []).append(name)
+    return only
+
+
 def _listing() -> Report:
     from softcapgrad.core.report import Table
-    from softcapgrad.engines import catalog, environments
+    from softcapgrad.engines.environments import environments
+    from softcapgrad.engines.forward import catalog
+    from softcapgrad.engines.training import routes
 
     environments.sweep(say=_say)
-    states = {env: environments.state(env) for env in catalog.environments()}
-    rows = []
-    for e in catalog.engines().values():
-        st = states[e.environment]
-        shown = {k: v for k, v in st.versions.items() if k.lower() in _MAIN_PACKAGES + (e.name, e.adapter)}
+    only = _training_only()
+    states = {env: environments.state(env) for env in [*catalog.environments(), *only]}
+    trained = {(name, env) for name, env in routes.ENGINES.items()}
+
+    def row(engine: str, env: str, check: str, route_ids, packages) -> dict:
+        st = states[env]
+        shown = {k: v for k, v in st.versions.items() if k.lower() in _MAIN_PACKAGES + packages}
         said = f"untrusted: {st.reason}" if st.state == "untrusted" else st.state
-        rows.append({"engine": e.name, "environment": e.environment, "state": said,
-                     "size_mib": round(st.size / 2 ** 20, 1) if st.size else None,
-                     "routes": ", ".join(r.id for r in e.routes),
-                     "versions": ", ".join(f"{k} {v}" for k, v in (shown or st.versions).items()),
-                     "reason": st.reason, "path": str(st.path) if st.path else "softcapgrad's own"})
-    ready = [r["engine"] for r in rows if r["state"] == "installed"]
+        return {"engine": engine, "check": check, "environment": env, "state": said,
+                "size": size_text(st.size), "size_bytes": st.size or None, "routes": ", ".join(route_ids),
+                "versions": ", ".join(f"{k} {v}" for k, v in (shown or st.versions).items()),
+                "reason": st.reason, "path": str(st.path) if st.path else "softcapgrad's own"}
+
+    rows = [row(e.name, e.environment, "both" if (e.name, e.environment) in trained else "parity",
+                [r.id for r in e.routes], (e.name, e.adapter)) for e in catalog.engines().values()]
+    rows += [row(", ".join(names), env, "train-parity", [r.id for n in names for r in routes.routes(n)],
+                 tuple(p for n in names for p in routes.LIBRARIES.get(n, ()))) for env, names in only.items()]
+    parity_rows = [r for r in rows if r["check"] != "train-parity"]  # "parity" or "both"
+    ready = [r["engine"] for r in parity_rows if r["state"] == "installed"]
+    built = [r["environment"] for r in rows if r["check"] == "train-parity" and r["state"] == "installed"]
     suspects = sorted({str(st.suspect) for st in states.values() if st.state == "untrusted"})
-    answer = (f"{len(ready)} of {len(rows)} engines can run now: {', '.join(ready) or 'none'}.",
+    answer = (f"{len(ready)} of {len(parity_rows)} engines can run now: {', '.join(ready) or 'none'}.",
+              f"{len(built)} of {len(only)} environments of train-parity's own are installed"
+              f"{': ' + ', '.join(built) if built else ''}.",
               "softcapgrad engines install NAME builds an engine's environment (once; reused after).")
     if suspects:
         answer += (f"Untrusted, never run (someone else may have put or changed them): remove "
                    f"{', '.join(suspects)} (rm -rf), then install again.",)
     return Report(command="engines", params={"cache": str(environments.cache_root())},
                   tables=(Table("rows", "engines and their environments", rows,
-                                ("engine", "environment", "state", "size_mib", "routes"),
+                                ("engine", "check", "environment", "state", "size", "routes"),
                                 wide=("versions", "reason", "path")),),
                   answer=answer)
 
@@ -259,49 +294,64 @@ _MAIN_PACKAGES = ("torch", "transformers", "onnxruntime", "keras-hub", "jax", "l
 
 @engines_app.callback(invoke_without_command=True)
 def engines_list(ctx: typer.Context, json_out: Json = False, wide: Wide = False) -> None:
-    """The engines parity runs, each with its environment's state, versions and size on disk."""
+    """Every environment parity and train-parity run in, by engine: its state, versions and size on disk."""
     if ctx.invoked_subcommand is None:
         emit(_listing, json_out, wide, command="engines")
 
 
-def _manage(names: list[str], act) -> Report:
-    from softcapgrad.core.report import Table
-    from softcapgrad.engines import catalog
+def _known() -> dict:
+    """Every name install and remove take -> its environment: parity's engines, then train-parity's engines whose
+    environment is train-parity's own, then every environment by its own name (train-peft, main)."""
+    from softcapgrad.engines.environments import environments
+    from softcapgrad.engines.forward import catalog
 
-    known = catalog.engines()
-    picked = pick("engine", names, tuple(known))
-    rows = []
-    for env in dict.fromkeys(known[n].environment for n in picked):
-        rows.append(act(env))
-    return Report(command="engines", params={"engines": picked}, tables=(Table("rows", "environments", rows),),
+    known = {name: e.environment for name, e in catalog.engines().items()}
+    for env, names in _training_only().items():
+        known.update({n: env for n in names if n not in known})
+    known.update({env: env for env in [environments.MAIN, *environments.names()] if env not in known})
+    return known
+
+
+def _picked(names: list[str]) -> list[str]:
+    from softcapgrad.engines.environments.environments import FORMER
+
+    known = _known()
+    return list(dict.fromkeys(known[n] for n in pick("engine", names, tuple(known), former=FORMER)))
+
+
+def _manage(envs: list[str], act) -> Report:
+    from softcapgrad.core.report import Table
+
+    rows = [act(env) for env in envs]
+    return Report(command="engines", params={"environments": envs}, tables=(Table("rows", "environments", rows),),
                   answer=(" ".join(r["done"] for r in rows),))
 
 
 @engines_app.command("install")
-def engines_install(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
+def engines_install(names: Annotated[list[str], typer.Argument(help="Engines or environments (or all).")],
                     json_out: Json = False) -> None:
-    """Build the engines' environments (reused when already built; rebuilt when broken or stale), two at a time."""
-    from softcapgrad.engines import catalog, environments
+    """Build the environments of engines (parity's and train-parity's) or named environments (reused when already
+    built; rebuilt when broken or stale), two at a time."""
+    from softcapgrad.engines.environments import environments
 
     def build():
-        known = catalog.engines()
-        _built(environments.build_all([known[n].environment for n in pick("engine", names, tuple(known))],
-                                      environments.BUILDS_AT_ONCE, say=_say))
-        return _manage(names, act)
+        envs = _picked(names)
+        _built(environments.build_all(envs, environments.BUILDS_AT_ONCE, say=_say))
+        return _manage(envs, act)
 
     def act(env):
         st = environments.state(env) if env != environments.MAIN else environments.main_state()
-        return {"environment": env, "state": st.state, "size_mib": round(st.size / 2 ** 20, 1),
-                "done": f"{env}: {st.state} ({st.size / 2 ** 20:.0f} MiB)."}
+        return {"environment": env, "state": st.state, "size": size_text(st.size), "size_bytes": st.size or None,
+                "done": f"{env}: {st.state} ({size_text(st.size)})."}
 
     emit(build, json_out, command="engines install")
 
 
 @engines_app.command("remove")
-def engines_remove(names: Annotated[list[str], typer.Argument(help="Engines (or all).")],
+def engines_remove(names: Annotated[list[str], typer.Argument(help="Engines or environments (or all).")],
                    json_out: Json = False) -> None:
-    """Delete the engines' environments (every key of each: current and stale)."""
-    from softcapgrad.engines import environments
+    """Delete the environments of engines or named environments (every key of each: current and stale)."""
+    from softcapgrad.engines.environments import environments
 
     def act(env):
         if env == environments.MAIN:
@@ -310,4 +360,4 @@ def engines_remove(names: Annotated[list[str], typer.Argument(help="Engines (or 
         return {"environment": env, "freed_mib": round(freed / 2 ** 20, 1),
                 "done": f"{env}: removed ({freed / 2 ** 20:.0f} MiB freed)." if freed else f"{env}: was not installed."}
 
-    emit(lambda: _manage(names, act), json_out, command="engines remove")
+    emit(lambda: _manage(_picked(names), act), json_out, command="engines remove")

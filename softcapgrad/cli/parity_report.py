@@ -62,7 +62,7 @@ def answer_of(data: dict) -> tuple[str, ...]:
              "Every engine that ran applied every cap it was given") + f" (inputs built so that each cap binds; {reach})."
     second = (f"Undecided (neither reference ten times nearer): {'; '.join(coarse)}. " if coarse else "") \
         + f"Applied by: {', '.join(ok) or 'none'}."
-    from softcapgrad.engines.parity import precap_beyond
+    from softcapgrad.engines.forward.parity import precap_beyond
 
     upstream: dict = {}
     for r in rows:
@@ -90,7 +90,7 @@ def parity_report(results, params: dict, written: tuple = (), repro=None, bundle
     """The parity run as a report; ``written``: the files put in place (none: nothing was written); ``bundled``: the
     reproduction bundles written in ``repro``."""
     from softcapgrad.core.report import Table
-    from softcapgrad.engines import parity
+    from softcapgrad.engines.forward import parity
 
     rows = [{"engine": r["engine"], "route": r["route"], "model": r["model"], "cap": r["cap"],
              "verdict": r["verdict"], "max_logit": r.get("max_logit"), "error": r["error"],

@@ -18,7 +18,7 @@ def earlier(out) -> dict:
     if not (isinstance(data, dict) and all(isinstance(data.get(k), list) for k in ("models", "rows", "engines"))
             and isinstance(data.get("params"), dict)):
         raise InputError(f"--update: {out / 'parity.json'} holds no parity results (models, rows, engines)")
-    from softcapgrad.engines.parity import unmergeable
+    from softcapgrad.engines.forward.parity import unmergeable
 
     why = unmergeable(data)
     if why:
@@ -29,7 +29,7 @@ def earlier(out) -> dict:
 def given_python(python: Path, names: list[str], explicit: bool, install: bool, types: list[str]) -> tuple:
     """--python PATH: the one engine asked for, run by that interpreter once the probe finds its modules there;
     (the probe's facts, the states to measure with)."""
-    from softcapgrad.engines import catalog, interpreter
+    from softcapgrad.engines.forward import catalog, interpreter
 
     if not explicit or len(names) != 1:
         raise InputError("--python runs one engine's adapter: give exactly one --engine NAME with it")
@@ -52,7 +52,7 @@ def note_interpreter(results: list, facts: dict | None) -> None:
 
 
 def provenance(states: dict, facts: dict | None) -> dict:
-    from softcapgrad.engines import provenance as prov
+    from softcapgrad.engines.environments import provenance as prov
 
     return prov.record(states, prov.read_cpu(), facts)
 
@@ -64,7 +64,7 @@ def bundles(repro: Path | None):
     if repro is None:
         yield None
         return
-    from softcapgrad.engines import repro_report
+    from softcapgrad.engines.repro import report as repro_report
 
     staged = repro_report.stage(repro)
     try:
@@ -78,7 +78,8 @@ def place(staged: Path | None, repro: Path | None, results: list, states: dict, 
     """Every bundle written into the stage, then the stage put in place as DIR; the bundles."""
     if staged is None:
         return []
-    from softcapgrad.engines import repro_report, runner
+    from softcapgrad.engines.repro import report as repro_report
+    from softcapgrad.engines.forward import runner
 
     with runner.terminations():  # SIGTERM unwinds like Ctrl-C, so ``bundles`` removes the stage
         written = repro_report.write_all(staged, results, states, facts)

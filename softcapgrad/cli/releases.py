@@ -64,7 +64,8 @@ def parity_releases(
         import json
 
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
-        from softcapgrad.engines import releases, runner
+        from softcapgrad.engines.releases import releases
+        from softcapgrad.engines.forward import runner
 
         from packaging.version import Version
 

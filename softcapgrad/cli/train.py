@@ -19,7 +19,8 @@ def _say(line: str) -> None:
 
 def _states(names: list[str], install: bool = False) -> dict:
     """Each environment's state: as it is, or with ``install`` built first where it is missing or stale."""
-    from softcapgrad.engines import environments, train_routes
+    from softcapgrad.engines.environments import environments
+    from softcapgrad.engines.training import routes as train_routes
 
     states = {}
     for name in names:
@@ -35,7 +36,7 @@ def _states(names: list[str], install: bool = False) -> dict:
 
 def _earlier(out: Path | None, seq_len: int, seed: int) -> dict:
     """The results --update merges into, checked before any work: readable, and measured on the same references."""
-    from softcapgrad.engines.train_results import unmergeable
+    from softcapgrad.engines.training.results import unmergeable
 
     if out is None:
         raise InputError("--update needs --out DIR holding an earlier train-parity.json")
@@ -54,7 +55,7 @@ def _earlier(out: Path | None, seq_len: int, seed: int) -> dict:
 
 def train_report(results, params: dict, answer: tuple, written: tuple = ()) -> Report:
     from softcapgrad.core.report import Table
-    from softcapgrad.engines import train_results
+    from softcapgrad.engines.training import results as train_results
 
     rows = [{k: r.get(k) for k in train_results.ROW_KEYS} for p in results for r in p.rows]
     shown = ("engine", "route", "model", "cpu_s", "wall_s")
@@ -115,10 +116,12 @@ def train_parity(
 
         from softcapgrad.core import progress
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
-        from softcapgrad.engines import modeltypes, reference, runner, train_parity as run, train_results
+        from softcapgrad.engines.environments.environments import FORMER
+        from softcapgrad.engines.forward import modeltypes, reference, runner
+        from softcapgrad.engines.training import parity as run, results as train_results
         from softcapgrad.models import audit
 
-        names = pick("--engine", engine, tuple(run.ENGINES))
+        names = pick("--engine", engine, tuple(run.ENGINES), former=FORMER)
         types = pick("--model-type", model_type, reference.SUPPORTED, DEFAULT_TYPES)
         n, s = seq_len, seed_in_range(seed)
         if out is not None:

@@ -1,0 +1,2 @@
+"""``parity --repro``: a reproduction bundle per finding, and its check run again.
+"""
