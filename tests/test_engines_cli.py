@@ -117,6 +117,32 @@ def test_the_answer_never_calls_a_row_its_precision_cannot_decide_applied():
     assert _answer(data)[0].startswith("Every engine that ran applied every cap it was given")
 
 
+def test_an_export_of_transformers_sdpa_model_is_named_as_the_cause():
+    """ExecuTorch's direct route exports the model as transformers loads it at sdpa: the answer says that sdpa drops
+    the attention cap, not that the engine ignored it; a route whose account names no sdpa export still reads
+    "ignored", and transformers' own sdpa route too."""
+    from softcapgrad.cli.parity_report import answer_of as _answer
+
+    def row(engine, route, verdict):
+        return {"engine": engine, "route": route, "model": "gemma2", "cap": "attention", "verdict": verdict}
+
+    def ran(engine, route, did):
+        return {"engine": engine, "route": route, "model": "gemma2", "did": did}
+
+    data = {"models": [{"model": "gemma2", "reach": {"attention": 4.0}}],
+            "rows": [row("executorch_rt", "direct", "ignored"), row("executorch_rt", "direct-eager", "applied"),
+                     row("openvino_intel", "fp32-kv32", "ignored"), row("transformers-4", "default", "ignored")],
+            "engines": [ran("executorch_rt", "direct", "torch.export.export of the model as from_pretrained loads it "
+                                                       "(attention sdpa), to_edge_transform_and_lower"),
+                        ran("openvino_intel", "fp32-kv32", "attention: the exporter's own choice"),
+                        ran("transformers-4", "default", "AutoModelForCausalLM.from_pretrained, attention sdpa")]}
+    first = _answer(data)[0]
+    assert ("executorch_rt (direct) exports the model at transformers' sdpa attention, which drops the attention "
+            "cap of gemma2; route direct-eager keeps it") in first
+    assert "openvino_intel (fp32-kv32) ignored the attention cap" in first
+    assert "transformers-4 (default) ignored the attention cap" in first
+
+
 def test_a_wider_bound_never_names_the_fix_of_a_stricter_finding():
     """mistral.rs's f16-KV route passes a final cap within fp16's 15-nat bound that its f32-KV route finds 21 nats
     off: the f16 route is not "the route that keeps it"; an fp32 route is the fix of an fp16 finding."""

@@ -1,5 +1,7 @@
 """What a parity run found, as one report: the answer in three sentences, the verdict table and the engines' times."""
 
+import re
+
 from softcapgrad.cli.common import Report
 
 
@@ -44,10 +46,26 @@ def _said(row: dict) -> str:
     return VERBS[row["verdict"]] + (f" ({hint})" if named and not hint.startswith("matches none") else "")
 
 
+def _sdpa_exports(data: dict) -> set:
+    """(engine, route, model) of every route that takes transformers' model as it loads at sdpa and exports it (its
+    account of what ran says "(attention sdpa"): where such a route drops the attention cap, transformers' sdpa
+    attention, which takes no soft-cap, dropped it before the engine saw the graph."""
+    return {(e["engine"], e["route"], e["model"]) for e in data.get("engines", [])
+            if re.search(r"\(attention sdpa\b", e.get("did") or "")}
+
+
 def answer_of(data: dict) -> tuple[str, ...]:
     """The finding in three sentences, from the results as parity.as_dict (or merge) gives them."""
     rows = data["rows"]
-    bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD], _said)
+    exported = _sdpa_exports(data)
+
+    def said(row: dict) -> str:
+        if row["cap"] == "attention" and row["verdict"] == "ignored" and \
+                (row["engine"], row["route"], row["model"]) in exported:
+            return "exports the model at transformers' sdpa attention, which drops"
+        return _said(row)
+
+    bad = _grouped(rows, [r for r in rows if r["verdict"] in BAD], said)
     bad += [f"{r['engine']} ({r['route']}) applies the {r['cap']} cap of {r['model']} that transformers leaves unused"
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})
