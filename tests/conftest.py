@@ -65,6 +65,10 @@ def _environments(item) -> list[str]:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Modules holding a slow test run first, each module's tests still together and in order: on two workers the
+    # long tests then overlap each other instead of one of them running alone at the end.
+    slow = {item.module for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.module not in slow)
     if config.getoption("--build-engines"):
         return
     from softcapgrad.engines.environments import environments

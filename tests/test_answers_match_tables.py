@@ -40,6 +40,7 @@ def test_caps_inside_the_range_still_answer(cli):
     assert code == 0
 
 
+@pytest.mark.slow
 def test_horizon_all_paths_answer_spans_every_row_of_its_tables(cli):
     code, data, _, _ = cli("horizon", "--path", "all", "--cap", "30", "--cap", "50", "--json")
     assert code == 0
@@ -53,6 +54,7 @@ def test_horizon_all_paths_answer_spans_every_row_of_its_tables(cli):
             assert (lo, hi) == (pytest.approx(min(values), rel=1e-7), pytest.approx(max(values), rel=1e-7))  # 8 digits
 
 
+@pytest.mark.slow
 def test_horizon_answer_counts_cells_without_a_figure_in_a_sentence(cli):
     code, data, _, _ = cli("horizon", "--path", "all", "--scores", "fp16", "--json")
     assert code == 0

@@ -112,6 +112,7 @@ def test_repairs_read_the_message():
     assert repairs.repair({"a": 1}, {"a": 1}, "nothing to point at", lambda *a: None, set()) == []
 
 
+@pytest.mark.slow
 def test_rows_are_the_same_in_worker_processes(rows):
     """Shared among fresh processes, the rows and the files come out as in one process."""
     result, _ = rows

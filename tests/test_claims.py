@@ -58,6 +58,7 @@ def test_every_claim_has_its_expected_verdict_and_matches_the_committed_ledger()
     assert [[getattr(o, k) for k in LEDGER_KEYS] for o in outcomes] == _committed_rows()
 
 
+@pytest.mark.slow
 def test_the_committed_ledger_does_not_depend_on_the_cpu_vector_width():
     """ATen picks its vectorised kernels by CPU capability; the scalar ones must give the same ledger."""
     code = ("import json; from softcapgrad.ledger.verdicts import evaluate; "

@@ -62,6 +62,7 @@ def _compile_cpu_row(capability: str) -> dict:
     return row
 
 
+@pytest.mark.slow
 def test_torch_compile_cpu_says_the_isa_that_ran_and_honours_aten_cpu_capability():
     """The stack runs what torch.compile runs in the same process: under `default` inductor emits scalar
     code, so the vector stack is not measured (torch-compile-cpu-scalar is that code); under `avx2` its
@@ -88,6 +89,7 @@ def _tether_demo_json(capability: str | None) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_tether_demo_prints_the_same_bytes_under_every_kernel_width():
     """The collapse section trains in float64 with torch's sigmoid, whose vector and scalar kernels differ
     in the last ulps: its printed means must not. Sets its own children's capability (ATen's scalar

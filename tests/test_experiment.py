@@ -101,6 +101,7 @@ def quick(tmp_path_factory, cli):
     return runs, first, second
 
 
+@pytest.mark.slow
 def test_quick_run_structure(quick):
     code, data, _, _ = quick[0][0]
     assert code == 0 and data["command"] == "experiment" and data["answer"]

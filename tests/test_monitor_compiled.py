@@ -93,6 +93,7 @@ def test_compiled_without_counter_says_so_in_one_line():
                                        + monitor.hidden()[1:] + ".")
 
 
+@pytest.mark.slow
 def test_counter_changes_no_bit_of_a_compiled_gemma2_step():
     """Logits and every parameter gradient of a compiled tiny Gemma 2 step, with and without the counters."""
     from torch._inductor import config
