@@ -34,6 +34,7 @@ def _bad_names(folder):
         "an undecodable byte": ("bad-\udcff.npy", "not a valid utf-8 name"),
         "a lone surrogate": ("bad-\ud800.npy", "not a valid utf-8 name"),
         "a NUL byte": ("bad\0.npy", "holds a NUL byte"),
+        "an empty path (as a Path, the working folder)": ("", "an empty path names no file or folder"),
         "a path through a regular file": ("a-file/x.npy", "a-file is a file, not a folder"),
     }
 
