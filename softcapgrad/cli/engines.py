@@ -7,7 +7,7 @@ import typer
 
 from softcapgrad.cli.common import (emit, InputError, Json, keep_fuller, not_with, pick, Report, result_set,
                                    seed_in_range, Wide)
-from softcapgrad.cli.limits import Bound, path_given, SEED
+from softcapgrad.cli.limits import Bound, out_folder, path_given, SEED
 from softcapgrad.cli.parity_report import answer_of, parity_report
 
 FILES = ("parity.json", "parity.md", "figures/parity.png")
@@ -80,8 +80,9 @@ def parity(
                                            "with --install (1 to 16; each engine child uses one thread).")] = 1,
     update: Annotated[bool, typer.Option(
         "--update", help="Replace only the engines measured now in --out's parity results; keep the rest.")] = False,
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
-                                                help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
+                                                help="Folder for parity.json, parity.md and figures/parity.png (default and 'none': "
+                                                     "nothing written).")] = None,
     server: Annotated[Optional[str], typer.Option(
         "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead "
                          "(answers read up to 8 MiB each, redirects not followed).")] = None,
