@@ -20,3 +20,37 @@ def test_out_none_writes_nothing_for_every_command():
         for given, expected in (("none", None), ("NONE", None), ("results-x", Path("results-x"))):
             ctx = command.make_context(" ".join(words), ["--out", given])
             assert ctx.params[param.name] == expected, (words, given, ctx.params[param.name])
+
+
+def _one_line(result, *said):
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("softcapgrad: error:"), lines
+    assert "Traceback" not in result.output and all(s in lines[0] for s in said), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("release, said", [
+    ("99.0.0", "outside the releases this command walks, 4.51.0 to 5.25.0"),
+    ("4.0.0", "outside the releases this command walks, 4.51.0 to 5.25.0"),
+    ("5.9.1", "not a release PyPI lists (yanked or never published); the nearest are 5.9.0 and 5.10.1"),
+])
+def test_parity_releases_refuses_a_release_it_cannot_walk_before_any_work(release, said, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+    from softcapgrad.engines import releases
+
+    assert (releases.RELEASES[0], releases.RELEASES[-1]) == ("4.51.0", "5.25.0")  # the range the docs give
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(releases, "walk", lambda *a, **k: pytest.fail("a release was walked"))
+    result = CliRunner().invoke(app, ["parity-releases", "--release", "5.6.0", "--release", release,
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    _one_line(result, f"--release {release}:", said)
+    assert list(tmp_path.iterdir()) == [], "nothing made in the cache or --out"
+
+
+def test_parity_releases_takes_a_listed_release_as_pypi_spells_it():
+    from softcapgrad.engines import releases
+
+    assert releases.listed("5.6") == "5.6.0" and releases.listed("4.51.0") == "4.51.0"

@@ -59,18 +59,19 @@ def parity_releases(
     def build() -> Report:
         import importlib.util
 
+        from softcapgrad.engines import releases
+
+        given = [releases.listed(v) for v in release or ()]  # a release it cannot walk: one line, before any work
         if importlib.util.find_spec("transformers") is None:
             raise InputError("parity-releases needs transformers: pip install 'softcapgrad[hf]'")
         import json
 
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
-        from softcapgrad.engines import releases, runner
+        from softcapgrad.engines import runner
 
         from packaging.version import Version
 
-        for v in release or ():
-            releases.folder(v)  # a malformed release is one line, before anything is built
-        versions = sorted(set(release or releases.RELEASES), key=Version)  # a bisection walks them in order
+        versions = sorted(set(given or releases.RELEASES), key=Version)  # a bisection walks them in order
         target = out
         if target is not None:
             writable_folder(target, "--out")
