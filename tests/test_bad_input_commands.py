@@ -54,3 +54,25 @@ def test_parity_releases_takes_a_listed_release_as_pypi_spells_it():
     from softcapgrad.engines import releases
 
     assert releases.listed("5.6") == "5.6.0" and releases.listed("4.51.0") == "4.51.0"
+
+
+@pytest.mark.parametrize("what, said", [("missing", "no such file"), ("folder", "is a folder, not an interpreter"),
+                                        ("plain", "not executable")])
+def test_parity_python_is_checked_before_anything_else(what, said, tmp_path, monkeypatch):
+    """A bad --python is one line before any model is built (it took ~18 s to be found)."""
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+    from softcapgrad.engines import catalog
+    from softcapgrad.models import audit
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "plain").write_text("#!/bin/sh\n")
+    def first(*args, **kwargs):
+        pytest.fail("the run went past its paths")
+
+    monkeypatch.setattr(audit, "source", first)
+    monkeypatch.setattr(catalog, "engines", first)
+    result = CliRunner().invoke(app, ["parity", "--engine", "onnx", "--python", str(tmp_path / what)])
+    assert result.exit_code == 2, result.output
+    _one_line(result, f"--python {tmp_path / what}: {said}")

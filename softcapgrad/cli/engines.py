@@ -102,6 +102,10 @@ def parity(
     def build() -> Report:
         import importlib.util
 
+        if python is not None:  # every path is read before anything else; the probe runs it once the engine is known
+            from softcapgrad.engines import interpreter
+
+            interpreter.runnable(python)
         if importlib.util.find_spec("transformers") is None:
             raise InputError("parity needs transformers: pip install 'softcapgrad[hf]'")
         import json
