@@ -76,3 +76,31 @@ def test_parity_python_is_checked_before_anything_else(what, said, tmp_path, mon
     result = CliRunner().invoke(app, ["parity", "--engine", "onnx", "--python", str(tmp_path / what)])
     assert result.exit_code == 2, result.output
     _one_line(result, f"--python {tmp_path / what}: {said}")
+
+
+def test_parity_with_no_engine_run_exits_no_verdict_not_0():
+    """"No engine ran, so no cap was judged" is not a pass: exit 4 (NO_VERDICT), neither 1 nor 2."""
+    import types
+
+    import numpy as np
+    import typer
+
+    from softcapgrad.cli.common import emit, NO_VERDICT
+    from softcapgrad.cli.parity_report import parity_report
+
+    reference = types.SimpleNamespace(caps={"attention": 50.0, "final": 30.0}, reach={"attention": 4.0, "final": 4.0},
+                                      scales={}, ids=np.arange(4), logits={"capped": np.zeros((4, 8))})
+    rows = [{"engine": "onnx", "route": "fp32", "model": "gemma2", "cap": cap, "verdict": "could not run",
+             "error": None, "error_off": None, "tolerance": None, "where": "", "reach": 4.0} for cap in reference.caps]
+    engines = [{"engine": "onnx", "route": "fp32", "model": "gemma2", "cpu_s": 1.0, "wall_s": 1.0,
+                "reason": "exit code -9", "did": "", "how": "fp32"}]
+    ran_none = types.SimpleNamespace(model="gemma2", reference=reference, rows=rows, engines=engines,
+                                     conditioning=None)
+    report = parity_report([ran_none], {})
+    assert report.answer[0].startswith("No engine ran, so no cap was judged")
+    assert NO_VERDICT not in (0, 1, 2, 3) and not report.ok and report.exit_code == NO_VERDICT
+    with pytest.raises(typer.Exit) as stopped:
+        emit(lambda: report, json_out=True)
+    assert stopped.value.exit_code == NO_VERDICT
+    rows[0]["verdict"] = "applied"
+    assert parity_report([ran_none], {}).ok

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import (emit, InputError, Json, keep_fuller, not_with, pick, Report, result_set,
+from softcapgrad.cli.common import (emit, InputError, Json, keep_fuller, NO_VERDICT, not_with, pick, Report, result_set,
                                    seed_in_range, Wide)
 from softcapgrad.cli.limits import Bound, out_folder, path_given, SEED
 from softcapgrad.cli.parity_report import answer_of, parity_report
@@ -223,7 +223,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
                                 wide=("error_off", "note")),),
                   notes=("error: largest |Δ log-prob| over the returned entries against the nearest reference that "
                          "keeps the cap; error off: against the nearest without it",),
-                  ok=served.judged_any, answer=serving.answer(served))
+                  ok=served.judged_any, exit_code=NO_VERDICT, answer=serving.answer(served))
 
 
 engines_app = typer.Typer(add_completion=False, no_args_is_help=False)
