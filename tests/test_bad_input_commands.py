@@ -104,3 +104,36 @@ def test_parity_with_no_engine_run_exits_no_verdict_not_0():
     assert stopped.value.exit_code == NO_VERDICT
     rows[0]["verdict"] = "applied"
     assert parity_report([ran_none], {}).ok
+
+
+def test_scan_help_names_its_file_once():
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    result = CliRunner().invoke(app, ["scan", "--help"])
+    assert result.exit_code == 0 and "{{" not in result.output
+    assert "scan [OPTIONS] {FILE}\n" in result.output and "\n  FILE  A .pt" in result.output, result.output
+
+
+@pytest.mark.parametrize("values", [[1e308, -1e308, 1.0], [1.7976931348623157e308, -1e308, 1.0, float("inf")]])
+def test_scan_of_float64_past_float32_warns_nothing_and_answers(values, tmp_path):
+    """Values past float32's range (whose bins are float32) once printed numpy's RuntimeWarning with its source
+    line, and float64's largest value made the bin edges NaN."""
+    import json
+    import warnings
+
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    np.save(tmp_path / "big.npy", np.array(values))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would be an internal error (exit 3)
+        result = CliRunner().invoke(app, ["scan", str(tmp_path / "big.npy"), "--json"])
+    assert result.exit_code == 0 and result.stderr == "", result.output
+    data = json.loads(result.stdout)
+    [row] = [r for r in data["dead"] if r["path"] == "torch-eager-cpu"]
+    assert row["count"] == len(values) - 1, row  # every value but 1.0 lies in the dead zone
+    assert data["answer"][0].startswith(f"{len(values) - 1} of {len(values)} values")

@@ -20,7 +20,7 @@ PATHS = params("path")
 
 def test_the_path_parameters_are_found():
     found = {(" ".join(w), label(p)) for w, p in PATHS}
-    assert {("scan", "{file}"), ("audit-model", "[directory]"), ("audit-model", "--inputs"), ("experiment", "--model"),
+    assert {("scan", "FILE"), ("audit-model", "[directory]"), ("audit-model", "--inputs"), ("experiment", "--model"),
             ("experiment", "--out"), ("census", "--out"), ("parity", "--out"), ("reproduce", "--out"),
             ("stacks", "--record"), ("identity", "--plot")} <= found, found
     assert all(getattr(p.type, "func", None) is path_given for _, p in PATHS), "every path is read by path_given"
