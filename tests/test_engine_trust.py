@@ -135,6 +135,30 @@ def test_parity_and_the_listing_refuse_a_planted_environment(tmp_path, monkeypat
     assert not (here / "ran").exists()
 
 
+def test_a_stamp_nested_past_the_parser_is_a_broken_stamp(tmp_path, monkeypatch):
+    """A stamp nested 100,000 deep (RecursionError in the parser) crashed the listing and parity with exit 3."""
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    here = _plant(envs.cache_root())
+    deep = "[" * 100_000 + "]" * 100_000
+    (here / envs.STAMP).write_text('{"sha256": "0", "versions": {"torch": ' + deep + "}}", encoding="utf-8")
+    st = envs.state(NAME)
+    assert (st.state, st.python) == ("broken", None) and "stamp" in st.reason
+    listed = CliRunner().invoke(app, ["engines", "--json"])
+    assert listed.exit_code == 0, listed.output
+    [row] = [r for r in json.loads(listed.stdout)["rows"] if r["engine"] == NAME]
+    assert row["state"].startswith("broken"), row
+    result = CliRunner().invoke(app, ["parity", "--engine", NAME])
+    [line] = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith(f"softcapgrad: error: engine {NAME}: ") and "broken" in line, \
+        result.output
+    assert not (here / "ran").exists()
+
+
 # A build backend of pip's that hangs in its first hook, after saying which processes run it (itself and pip): a
 # file per build in the folder SLOW_PIDS, named by the backend's process id.
 BACKEND = """

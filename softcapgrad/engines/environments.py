@@ -131,7 +131,7 @@ def _others(name: str, keep: Path | None, root: Path) -> list[Path]:
 def _stamp(path: Path) -> dict | None:
     try:
         stamp = json.loads((path / STAMP).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     return stamp if isinstance(stamp, dict) and isinstance(stamp.get("versions"), dict) else None
 

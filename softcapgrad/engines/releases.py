@@ -96,7 +96,7 @@ def state(version: str, where: Path | None = None) -> environments.State:
         return environments.State(name, "untrusted", here, None, {}, 0, why, here)
     try:
         versions = json.loads((here / STAMP).read_text(encoding="utf-8"))["versions"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return environments.State(name, "broken", here, None, {}, 0, f"its stamp {STAMP} is missing or unreadable")
     return environments.State(name, "installed", here, environments.interpreter(here), versions, 0, "")
 
