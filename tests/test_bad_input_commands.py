@@ -137,3 +137,34 @@ def test_scan_of_float64_past_float32_warns_nothing_and_answers(values, tmp_path
     [row] = [r for r in data["dead"] if r["path"] == "torch-eager-cpu"]
     assert row["count"] == len(values) - 1, row  # every value but 1.0 lies in the dead zone
     assert data["answer"][0].startswith(f"{len(values) - 1} of {len(values)} values")
+
+
+def test_a_killed_train_parity_runs_temporary_folder_is_cleared_by_the_next_run(tmp_path, monkeypatch):
+    """train-parity's folder is named by its pid; one a SIGKILLed run left is removed at the next start once that
+    pid is gone; a live run's and another prefix's are left alone."""
+    import os
+    import subprocess
+    import tempfile
+
+    from softcapgrad.engines import train_parity
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    left = tmp_path / f"softcapgrad-train-{gone.pid}-k1ll3d00"
+    live = tmp_path / f"softcapgrad-train-{os.getppid()}-l1ve0000"
+    other = tmp_path / f"softcapgrad-probe-{gone.pid}-0ther000"
+    for folder in (left, live, other):
+        (folder / "capped").mkdir(parents=True)
+    seen = []
+
+    def prepare(src, seq_len, seed, work):
+        seen.append(work)
+        raise KeyboardInterrupt  # stop where the run's work would begin
+
+    monkeypatch.setattr(train_parity.tr, "prepare", prepare)
+    with pytest.raises(KeyboardInterrupt):
+        train_parity.measure(None, "gemma2", [], {}, 16, 0, 60.0)
+    [work] = seen
+    assert work.parent == tmp_path and work.name.startswith(f"softcapgrad-train-{os.getpid()}-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
