@@ -81,8 +81,8 @@ def parity(
     update: Annotated[bool, typer.Option(
         "--update", help="Replace only the engines measured now in --out's parity results; keep the rest.")] = False,
     out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
-                                                help="Folder for parity.json, parity.md and figures/parity.png (default and 'none': "
-                                                     "nothing written).")] = None,
+                                                help="Folder for parity.json, parity.md and figures/parity.png "
+                                                     "(default and 'none': nothing written).")] = None,
     server: Annotated[Optional[str], typer.Option(
         "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead "
                          "(answers read up to 8 MiB each, redirects not followed).")] = None,

@@ -75,7 +75,8 @@ def experiment(
     shift: Annotated[Optional[list[str]], typer.Option("--shift", help="Shifts (repeatable): rotation, band.")] = None,
     model: Annotated[Optional[Path], typer.Option("--model", parser=path_given, metavar="<path>", help="A saved transformers model with caps "
                                                                   "(safetensors): the same measurement on it.")] = None,
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>", help="Folder for experiment.json, experiment.md and "
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
+                                                help="Folder for experiment.json, experiment.md and "
                                                      "figures/experiment.png (default results; 'none' writes "
                                                      "nothing).")] = Path("results"),
     force: Force = False,

@@ -5,8 +5,9 @@ user's and writable by neither group nor others, and the interpreter its link le
 root's or the one running softcapgrad. So must every folder above the cache folder and above each link on the
 way to the interpreter (``$XDG_CACHE_HOME``, its ``softcapgrad/``, ..., ``/``), as written and as its links
 resolve, this user's or root's: one that others may write lets them rename what is below it and put their own in
-its place, unless its sticky bit (``/tmp``) keeps them to their own names. Anything else is *untrusted* (engines/environments.py lists it with
-the reason, never runs it, and refuses it in one line naming what to remove). The stamp itself proves only
+its place, unless its sticky bit (``/tmp``) keeps them to their own names. Anything else is *untrusted*
+(engines/environments.py lists it with the reason, never runs it, and refuses it in one line naming what to
+remove). The stamp itself proves only
 that a build finished (it is written last, by our build, with the requirements' sha256): it can be copied,
 so ownership and permissions are the check, and a build makes every file writable by its owner alone
 (``core.owner_only.owner_writes_only``) so that its own environments pass it.

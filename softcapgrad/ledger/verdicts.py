@@ -150,10 +150,10 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
     """Check the arguments and every target, evaluate, and replace the ledger (and figures) as one set, last.
 
     A partial run (``only``) writes nothing unless ``force``: it would replace the full ledger with
-    a few rows; ``out`` None (``--out none``) writes nothing. Figures are drawn in a second process while this one evaluates the claims. Every
-    file is written into a temporary folder inside its own target folder (on that folder's file system) and
-    moved into place at the end (core/files.replace_all): the old results stay whole until the new set is
-    complete.
+    a few rows; ``out`` None (``--out none``) writes nothing. Figures are drawn in a second process while
+    this one evaluates the claims. Every file is written into a temporary folder inside its own target folder
+    (on that folder's file system) and moved into place at the end (core/files.replace_all): the old results
+    stay whole until the new set is complete.
     """
     from pathlib import Path
 
