@@ -135,6 +135,71 @@ def test_parity_and_the_listing_refuse_a_planted_environment(tmp_path, monkeypat
     assert not (here / "ran").exists()
 
 
+@pytest.mark.parametrize("above", ["XDG_CACHE_HOME", "its softcapgrad folder"])
+def test_a_folder_above_the_cache_that_others_may_write_makes_it_untrusted(tmp_path, monkeypatch, above):
+    """Others who may write a folder above the cache may rename the cache away and plant their own: untrusted,
+    never run; with the sticky bit (as /tmp) they may not, and it is trusted."""
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+    here = _plant(envs.cache_root())
+    folder = tmp_path / "cache-home" if above == "XDG_CACHE_HOME" else envs.cache_root().parent
+    folder.chmod(0o777)
+    st = envs.state(NAME)
+    assert (st.state, st.python) == ("untrusted", None)
+    assert st.reason == f"{folder}, a folder above the cache folder, is writable by others"
+    listed = CliRunner().invoke(app, ["engines", "--json"])
+    [row] = [r for r in json.loads(listed.stdout)["rows"] if r["engine"] == NAME]
+    assert listed.exit_code == 0 and row["state"].startswith("untrusted: "), row
+    with pytest.raises(InputError, match="is untrusted"):
+        envs.ready(NAME, False, engine=NAME)
+    assert not (here / "ran").exists()
+    folder.chmod(0o1777)
+    assert envs.state(NAME).state == "installed"
+
+
+def test_an_interpreter_link_through_a_folder_others_may_write_is_untrusted(tmp_path):
+    """bin/python -> shared/python -> real/python: whoever may write shared/ may point the interpreter anywhere."""
+    root = tmp_path / "engines"
+    here = _plant(root)
+    (tmp_path / "real").mkdir(mode=0o755)
+    (here / "bin" / "python").rename(tmp_path / "real" / "python")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "python").symlink_to(tmp_path / "real" / "python")
+    (here / "bin" / "python").symlink_to(tmp_path / "shared" / "python")
+    assert envs.state(NAME, root).state == "installed"
+    (tmp_path / "shared").chmod(0o777)
+    st = envs.state(NAME, root)
+    assert (st.state, st.reason) == ("untrusted", f"{tmp_path / 'shared'}, a folder above its interpreter "
+                                                  f"{tmp_path / 'shared' / 'python'}, is writable by others")
+
+
+def test_a_stamp_nested_past_the_parser_is_a_broken_stamp(tmp_path, monkeypatch):
+    """A stamp nested 100,000 deep (RecursionError in the parser) crashed the listing and parity with exit 3."""
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from softcapgrad.cli.app import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    here = _plant(envs.cache_root())
+    deep = "[" * 100_000 + "]" * 100_000
+    (here / envs.STAMP).write_text('{"sha256": "0", "versions": {"torch": ' + deep + "}}", encoding="utf-8")
+    st = envs.state(NAME)
+    assert (st.state, st.python) == ("broken", None) and "stamp" in st.reason
+    listed = CliRunner().invoke(app, ["engines", "--json"])
+    assert listed.exit_code == 0, listed.output
+    [row] = [r for r in json.loads(listed.stdout)["rows"] if r["engine"] == NAME]
+    assert row["state"].startswith("broken"), row
+    result = CliRunner().invoke(app, ["parity", "--engine", NAME])
+    [line] = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith(f"softcapgrad: error: engine {NAME}: ") and "broken" in line, \
+        result.output
+    assert not (here / "ran").exists()
+
+
 # A build backend of pip's that hangs in its first hook, after saying which processes run it (itself and pip): a
 # file per build in the folder SLOW_PIDS, named by the backend's process id.
 BACKEND = """
@@ -153,8 +218,8 @@ def get_requires_for_build_wheel(config_settings=None):
 INSTALL = """
 import sys
 from pathlib import Path
-from softcapgrad.engines.environments import environments
-environments.requirements_file = lambda name: Path(sys.argv[1])
+from softcapgrad.engines.environments import requirements
+requirements.requirements_file = lambda name: Path(sys.argv[1])
 from softcapgrad.cli.app import app
 app(["engines", "install", *sys.argv[2:]])
 """

@@ -20,7 +20,7 @@ PATHS = params("path")
 
 def test_the_path_parameters_are_found():
     found = {(" ".join(w), label(p)) for w, p in PATHS}
-    assert {("scan", "{file}"), ("audit-model", "[directory]"), ("audit-model", "--inputs"), ("experiment", "--model"),
+    assert {("scan", "FILE"), ("audit-model", "[directory]"), ("audit-model", "--inputs"), ("experiment", "--model"),
             ("experiment", "--out"), ("census", "--out"), ("parity", "--out"), ("reproduce", "--out"),
             ("stacks", "--record"), ("identity", "--plot")} <= found, found
     assert all(getattr(p.type, "func", None) is path_given for _, p in PATHS), "every path is read by path_given"
@@ -34,6 +34,7 @@ def _bad_names(folder):
         "an undecodable byte": ("bad-\udcff.npy", "not a valid utf-8 name"),
         "a lone surrogate": ("bad-\ud800.npy", "not a valid utf-8 name"),
         "a NUL byte": ("bad\0.npy", "holds a NUL byte"),
+        "an empty path (as a Path, the working folder)": ("", "an empty path names no file or folder"),
         "a path through a regular file": ("a-file/x.npy", "a-file is a file, not a folder"),
     }
 

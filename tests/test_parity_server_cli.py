@@ -35,7 +35,7 @@ def test_server_refusals_are_one_line_and_exit_2(cli, tmp_path, args, said):
 
 
 @pytest.mark.parametrize("listening, said", [(False, "refused"), (True, "no answer in 1 s")])
-def test_a_closed_port_or_a_silent_server_is_a_row_with_its_reason_and_exit_1(cli, tmp_path, listening, said):
+def test_a_closed_port_or_a_silent_server_is_a_row_with_its_reason_and_exit_4(cli, tmp_path, listening, said):
     _, folder = inputs(tmp_path, "gemma2", "final_logit_softcapping=30", "attn_logit_softcapping=50")
     with socket.socket() as s:  # bound only: connections refused; listening: accepted, never read
         s.bind(("127.0.0.1", 0))
@@ -44,7 +44,7 @@ def test_a_closed_port_or_a_silent_server_is_a_row_with_its_reason_and_exit_1(cl
         port = s.getsockname()[1]
         code, data, _, err = cli("parity", str(folder / "capped"), "--server", f"http://127.0.0.1:{port}", "--json",
                                  "--timeout", "1")
-    assert code == 1, err  # no cap judged
+    assert code == 4, err  # no cap judged (NO_VERDICT)
     assert [r["verdict"] for r in data["rows"]] == ["could not run", "could not run"]
     assert all(said in r["note"].lower() for r in data["rows"]), data["rows"]
     assert data["answer"][0].startswith(f"The server at http://127.0.0.1:{port} gave nothing to judge a cap on: ")
@@ -111,22 +111,22 @@ def test_a_true_server_is_judged_and_fewer_positions_are_said(cli, served):
     assert all(r["note"].endswith("judged at 4 of the 16 positions asked") for r in data["rows"])
 
 
-def test_nan_log_probabilities_but_at_one_position_get_no_verdict_and_exit_1(cli, served):
+def test_nan_log_probabilities_but_at_one_position_get_no_verdict_and_exit_4(cli, served):
     folder, values, pieces = served
     values = values.copy()
     values[:-1] = np.nan  # one true position (the last) among 16: once enough for a verdict
     answer = _vllm_form(values, pieces, lambda t: True)
     code, data, err, url, _ = _parity(cli, folder, lambda path, body: _json(MODELS if path == "/v1/models" else answer))
-    assert code == 1, err
+    assert code == 4, err
     assert [r["verdict"] for r in data["rows"]] == ["not judged", "not judged"]
     said = "the server's values are not log-probabilities: 300 of the 320 returned are not finite (NaN or ±inf)"
     assert all(r["note"] == said for r in data["rows"])
     assert data["answer"][0] == f"The server at {url} gave nothing to judge a cap on: {said}."
 
 
-def test_an_answer_of_another_shape_is_a_reason_and_exit_1(cli, served):
+def test_an_answer_of_another_shape_is_a_reason_and_exit_4(cli, served):
     code, data, err, _, _ = _parity(cli, served[0], completions("abc"))
-    assert code == 1, err
+    assert code == 4, err
     assert [r["verdict"] for r in data["rows"]] == ["could not run", "could not run"]
     said = "prompt_logprobs (K=20): /v1/completions: the server's `choices` is a string, not a list"
     assert all(r["note"] == said for r in data["rows"]) and said in data["answer"][0], data["rows"]
@@ -135,7 +135,7 @@ def test_an_answer_of_another_shape_is_a_reason_and_exit_1(cli, served):
 def test_a_trickling_server_ends_the_command_at_its_timeout(cli, served):
     trickle = itertools.chain([json.dumps(MODELS).encode()], itertools.repeat(b" ", 400))  # 20 s at most
     code, data, err, _, took = _parity(cli, served[0], lambda path, body: (200, {}, trickle))
-    assert code == 1 and data["rows"][0]["note"] == "/v1/models: no answer in 2 s", err
+    assert code == 4 and data["rows"][0]["note"] == "/v1/models: no answer in 2 s", err
     assert took < 2 + 6  # the deadline, and the reference's build (about a second here) with room for a busy machine
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from softcapgrad.cli.common import emit, InputError, Json, not_with, pick, Report, result_set, Wide
-from softcapgrad.cli.limits import Bound, path_given
+from softcapgrad.cli.limits import Bound, out_folder, path_given
 
 FILES = ("census.json", "census.md", "figures/census.png")
 
@@ -68,7 +68,7 @@ def census_report(result, seconds: float, out: Optional[Path], cpu: float | None
 
 
 def census(
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
                                                 help="Folder for census.json, census.md and figures/census.png "
                                                      "(default results; 'none' writes nothing).")] = Path("results"),
     model_type: Annotated[Optional[list[str]], typer.Option("--model-type", help="Only these model types (repeatable).")] = None,
@@ -98,7 +98,7 @@ def census(
         from softcapgrad.core.files import check_targets, replace_all
         from softcapgrad.models import audit, census as run
 
-        target = None if out is not None and str(out).lower() == "none" else out
+        target = out
         implementations = tuple(pick("--attn", attn, audit.IMPLEMENTATIONS)) if attn else run.IMPLEMENTATIONS
         if not model_type:
             not_with({"--force": force or None}, "without --model-type: a full census always writes its files")

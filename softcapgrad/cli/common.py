@@ -39,7 +39,7 @@ class _OneLineErrors(TyperGroup):
     """Runs the app non-standalone and turns the parser's framed errors into one line on stderr.
 
     Exit codes: 0 answered, 1 a ledger verdict changed, 2 bad input or a target (a file, stdout) that cannot be
-    written (a full disk, /dev/full), 3 an internal error, 130 interrupted,
+    written (a full disk, /dev/full), 3 an internal error, 4 (NO_VERDICT) parity judged no cap, 130 interrupted,
     143 terminated (SIGTERM held until a result set's files were all in place).
     """
 
@@ -80,6 +80,7 @@ class _OneLineErrors(TyperGroup):
         return 3
 
 
+NO_VERDICT = 4  # parity judged no cap (no engine ran; the server gave nothing to judge): not a pass, not bad input
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a filter whose reader went away
 
 
@@ -298,7 +299,7 @@ def emit(build: Callable[[], Report], json_out: bool, wide: bool = False, plot: 
     except OSError as err:  # stdout on a full disk or /dev/full: the answer cannot be carried
         raise typer.Exit(stdout_unwritable(err)) from None
     if not report.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(report.exit_code)
 
 
 def result_set(out: Path, texts: dict[str, str], figure: str, draw: Callable[[], object]) -> dict[Path, str | bytes]:

@@ -5,9 +5,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import (emit, InputError, Json, keep_fuller, not_with, pick, Report, result_set,
+from softcapgrad.cli.common import (emit, InputError, Json, keep_fuller, NO_VERDICT, not_with, pick, Report, result_set,
                                    seed_in_range, Wide)
-from softcapgrad.cli.limits import Bound, path_given, SEED
+from softcapgrad.cli.limits import Bound, out_folder, path_given, SEED
 from softcapgrad.cli.parity_report import answer_of, parity_report
 
 FILES = ("parity.json", "parity.md", "figures/parity.png")
@@ -81,8 +81,9 @@ def parity(
                                            "with --install (1 to 16; each engine child uses one thread).")] = 1,
     update: Annotated[bool, typer.Option(
         "--update", help="Replace only the engines measured now in --out's parity results; keep the rest.")] = False,
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
-                                                help="Folder for parity.json, parity.md and figures/parity.png.")] = None,
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
+                                                help="Folder for parity.json, parity.md and figures/parity.png "
+                                                     "(default and 'none': nothing written).")] = None,
     server: Annotated[Optional[str], typer.Option(
         "--server", help="An OpenAI-compatible server (http://host:port) serving DIR's weights: check it instead "
                          "(answers read up to 8 MiB each, redirects not followed).")] = None,
@@ -102,6 +103,10 @@ def parity(
     def build() -> Report:
         import importlib.util
 
+        if python is not None:  # every path is read before anything else; the probe runs it once the engine is known
+            from softcapgrad.engines.forward import interpreter
+
+            interpreter.runnable(python)
         if importlib.util.find_spec("transformers") is None:
             raise InputError("parity needs transformers: pip install 'softcapgrad[hf]'")
         import json
@@ -221,7 +226,7 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
                                 wide=("error_off", "note")),),
                   notes=("error: largest |Δ log-prob| over the returned entries against the nearest reference that "
                          "keeps the cap; error off: against the nearest without it",),
-                  ok=served.judged_any, answer=serving.answer(served))
+                  ok=served.judged_any, exit_code=NO_VERDICT, answer=serving.answer(served))
 
 
 engines_app = typer.Typer(add_completion=False, no_args_is_help=False)

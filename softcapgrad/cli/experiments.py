@@ -9,7 +9,7 @@ import typer
 from softcapgrad.core.names import (EXPERIMENT_ARMS as ARM_NAMES, EXPERIMENT_BUDGET_STEPS as BUDGET_STEPS,
                                    EXPERIMENT_STEP_SECONDS as STEP_SECONDS)
 from softcapgrad.cli.common import emit, InputError, Json, one_of, pick, PROG, Report, result_set, Wide
-from softcapgrad.cli.limits import Bound, path_given
+from softcapgrad.cli.limits import Bound, out_folder, path_given
 
 FILES = ("experiment.json", "experiment.md", "figures/experiment.png")
 MAX_DEPTH = 1e28  # a largest pre-cap logit near 1e30, past which scaled weights and their products overflow fp32 and bf16
@@ -75,7 +75,8 @@ def experiment(
     shift: Annotated[Optional[list[str]], typer.Option("--shift", help="Shifts (repeatable): rotation, band.")] = None,
     model: Annotated[Optional[Path], typer.Option("--model", parser=path_given, metavar="<path>", help="A saved transformers model with caps "
                                                                   "(safetensors): the same measurement on it.")] = None,
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>", help="Folder for experiment.json, experiment.md and "
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
+                                                help="Folder for experiment.json, experiment.md and "
                                                      "figures/experiment.png (default results; 'none' writes "
                                                      "nothing).")] = Path("results"),
     force: Force = False,
@@ -95,7 +96,7 @@ def experiment(
             raise InputError("experiment needs transformers: pip install 'softcapgrad[hf]'")
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
 
-        target = None if out is not None and str(out).lower() == "none" else out
+        target = out
         if target is not None:
             writable_folder(target, "--out")
             check_targets([target / f for f in FILES], "--out")
@@ -160,7 +161,7 @@ def tether_experiment(
     steps: Annotated[Optional[int], typer.Option("--steps", callback=Bound(1, 1_000_000, TETHER_BUDGET),
                                                  help="Most steps after the switch, 1 to 1,000,000 (default 200, "
                                                       f"--quick 60); {TETHER_BUDGET}.")] = None,
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
                                                 help="Folder for tether-experiment.json, .md and "
                                                      "figures/tether-experiment.png (default results; 'none' writes "
                                                      "nothing).")] = Path("results"),
@@ -185,7 +186,7 @@ def tether_experiment(
             raise InputError("tether-experiment needs transformers: pip install 'softcapgrad[hf]'")
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
 
-        target = None if out is not None and str(out).lower() == "none" else out
+        target = out
         if target is not None:
             writable_folder(target, "--out")
             check_targets([target / f for f in TETHER_FILES], "--out")

@@ -6,11 +6,13 @@ from typing import Annotated, Optional
 import typer
 
 from softcapgrad.cli.common import emit, Json, not_with, Report, Wide
-from softcapgrad.cli.limits import path_given
+from softcapgrad.cli.limits import out_folder, path_given
 
 
 def reproduce(
-    out: Annotated[Path, typer.Option(parser=path_given, metavar="<path>", help="Folder for claims.json, claims.md and figures/.")] = Path("results"),
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
+                                                help="Folder for claims.json, claims.md and figures/ (default "
+                                                     "results; 'none' writes nothing).")] = Path("results"),
     only: Annotated[Optional[str], typer.Option(help="Regular expression on claim ids: recompute only those.")] = None,
     figures: Annotated[Optional[bool], typer.Option("--figures/--no-figures", help="Also write figures/ (default yes; needs the 'plot' extra).")] = None,
     force: Annotated[bool, typer.Option("--force", help="With --only: write the partial ledger over the full one.")] = False,
@@ -22,6 +24,8 @@ def reproduce(
     def build() -> Report:
         from softcapgrad.ledger.verdicts import reproduce_run
 
+        if out is None:
+            not_with({"--figures": figures or None}, "with --out none: nothing is written")
         if only is None:
             not_with({"--force": force or None}, "without --only: a full run always writes the ledger")
         else:

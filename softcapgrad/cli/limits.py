@@ -61,3 +61,12 @@ def path_given(value) -> Path:
         return usable_path("", str(value) if isinstance(value, Path) else value)
     except InputError as err:
         raise typer.BadParameter(str(err)) from None
+
+
+NOTHING = "none"  # --out none: write nothing, for every command with --out
+
+
+def out_folder(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """Every --out's callback, after :func:`path_given`: ``none`` (any case) means write nothing, as no --out
+    does; a folder of that name is given by its full path."""
+    return None if value is not None and str(value).lower() == NOTHING else value

@@ -14,7 +14,7 @@ from softcapgrad.cli.limits import Bound, FP32_MAX, FP32_NORMAL, path_given, SEE
 
 
 def scan(
-    file: Annotated[Path, typer.Argument(parser=path_given, metavar="{file}",
+    file: Annotated[Path, typer.Argument(parser=path_given, metavar="FILE",
                                          help="A .pt, .npy or .safetensors file of pre-cap values.")],
     cap: Annotated[float, typer.Option(callback=Bound(FP32_NORMAL, FP32_MAX, "the stacks compute a/c in fp32 "
                                                                              "(normal range)"),

@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from softcapgrad.cli.common import emit, Json, Report, Wide
-from softcapgrad.cli.limits import path_given
+from softcapgrad.cli.limits import out_folder, path_given
 
 
 def page_report(site, written: tuple) -> Report:
@@ -20,7 +20,7 @@ def page_report(site, written: tuple) -> Report:
         tables=(Table("rows", "cells by tone", [{"tone": t, "cells": n} for t, n in site.counts.items()]),
                 Table("engines", "engine by engine", lines, ("engine", "stage", "attention cap", "final cap"),
                       wide=("keeps it",))),
-        notes=(f"written: {', '.join(map(str, written))}",),
+        notes=(f"written: {', '.join(map(str, written)) or 'nothing (--out none)'}",),
         answer=site.answer,
     )
 
@@ -28,8 +28,9 @@ def page_report(site, written: tuple) -> Report:
 def page(
     results: Annotated[Path, typer.Option(parser=path_given, metavar="<path>",
                                           help="Folder of the results the page is built from.")] = Path("results"),
-    out: Annotated[Path, typer.Option(parser=path_given, metavar="<path>",
-                                      help="Folder for index.html.")] = Path("results/page"),
+    out: Annotated[Path | None, typer.Option(
+        parser=path_given, callback=out_folder, metavar="<path>",
+        help="Folder for index.html ('none': build it, write nothing).")] = Path("results/page"),
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -39,8 +40,11 @@ def page(
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
         from softcapgrad.page import build as build_site
 
-        writable_folder(out, "--out")
+        if out is not None:
+            writable_folder(out, "--out")
         site = build_site(results)
+        if out is None:
+            return page_report(site, ())
         targets = {out / name: text for name, text in site.files.items()}
         check_targets(list(targets), "--out")
         return page_report(site, tuple(replace_all(targets, out)))

@@ -2,7 +2,7 @@
 
 import re
 
-from softcapgrad.cli.common import Report
+from softcapgrad.cli.common import NO_VERDICT, Report
 
 
 VERBS = {"ignored": "ignored", "different": "altered", "not finite": "gave non-finite logits with",
@@ -54,6 +54,11 @@ def _sdpa_exports(data: dict) -> set:
             if re.search(r"\(attention sdpa\b", e.get("did") or "")}
 
 
+def judged(rows: list[dict]) -> list[dict]:
+    """The rows of engine routes that ran and gave a cap a verdict."""
+    return [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set")]
+
+
 def answer_of(data: dict) -> tuple[str, ...]:
     """The finding in three sentences, from the results as parity.as_dict (or merge) gives them."""
     rows = data["rows"]
@@ -73,7 +78,7 @@ def answer_of(data: dict) -> tuple[str, ...]:
     reach = "; ".join(f"{m['model']}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items()
                                                                    if isinstance(v, float)) for m in data["models"])
     coarse = _grouped(rows, [r for r in rows if r["verdict"] == "not bound"], lambda r: "cannot tell, in its precision,")
-    ran = [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set")]
+    ran = judged(rows)
     first = ("Caps lost, altered or added: " + "; ".join(bad) if bad else
              "No engine ran, so no cap was judged" if not ran else
              "Every engine that ran applied every cap its precision lets this judge" if coarse else
@@ -134,4 +139,5 @@ def parity_report(results, params: dict, written: tuple = (), repro=None, bundle
                "error: largest |Δ log-prob| against the capped form; error off: against the uncapped form; the final "
                "cap is judged on the engine's own pre-cap logits, the attention cap against transformers fp32 eager"),
         answer=answer_of(parity.as_dict(results)),
+        ok=bool(judged(rows)), exit_code=NO_VERDICT,  # no cap judged is no pass: a script must not read it as one
     )

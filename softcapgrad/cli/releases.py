@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from softcapgrad.cli.common import emit, InputError, Json, Report, Wide
-from softcapgrad.cli.limits import Bound, path_given
+from softcapgrad.cli.limits import Bound, out_folder, path_given
 
 FILES = ("default-attention.json", "default-attention.md")
 
@@ -48,7 +48,7 @@ def parity_releases(
     every: Annotated[bool, typer.Option("--every", help="Run every release instead of bisecting.")] = False,
     timeout: Annotated[float, typer.Option(callback=Bound(1.0, 3600.0, "seconds each release's route may take"),
                                            help="Seconds each route of a release may take (1 to 3600).")] = 300.0,
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
                                                 help="Folder for default-attention.json and .md (default results; "
                                                      "'none' writes nothing).")] = Path("results"),
     json_out: Json = False,
@@ -59,6 +59,9 @@ def parity_releases(
     def build() -> Report:
         import importlib.util
 
+        from softcapgrad.engines.releases import releases
+
+        given = [releases.listed(v) for v in release or ()]  # a release it cannot walk: one line, before any work
         if importlib.util.find_spec("transformers") is None:
             raise InputError("parity-releases needs transformers: pip install 'softcapgrad[hf]'")
         import json
@@ -69,10 +72,8 @@ def parity_releases(
 
         from packaging.version import Version
 
-        for v in release or ():
-            releases.folder(v)  # a malformed release is one line, before anything is built
-        versions = sorted(set(release or releases.RELEASES), key=Version)  # a bisection walks them in order
-        target = None if out is not None and str(out).lower() == "none" else out
+        versions = sorted(set(given or releases.RELEASES), key=Version)  # a bisection walks them in order
+        target = out
         if target is not None:
             writable_folder(target, "--out")
             check_targets([target / name for name in FILES], "--out")

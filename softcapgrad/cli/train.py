@@ -7,7 +7,7 @@ import typer
 
 from softcapgrad.cli.common import (earlier_results, emit, InputError, Json, keep_fuller, pick, Report,
                                    seed_in_range, Wide)
-from softcapgrad.cli.limits import Bound, path_given, SEED
+from softcapgrad.cli.limits import Bound, out_folder, path_given, SEED
 
 FILES = ("train-parity.json", "train-parity.md")
 DEFAULT_TYPES = ["gemma2", "gemma3_text", "nanochat"]
@@ -96,8 +96,9 @@ def train_parity(
                                            help="Seconds each route may take, loading included (1 to 3600).")] = 120.0,
     jobs: Annotated[int, typer.Option(callback=Bound(1, 16, "each route's child holds a model and its trainer"),
                                       help="Routes run at a time (1 to 16).")] = 1,
-    out: Annotated[Optional[Path], typer.Option(parser=path_given, metavar="<path>",
-                                                help="Folder for train-parity.json and train-parity.md.")] = None,
+    out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
+                                                help="Folder for train-parity.json and train-parity.md (default and "
+                                                     "'none': nothing written).")] = None,
     update: Annotated[bool, typer.Option(
         "--update", help="Replace only the engines and model types measured now in --out's results; keep the "
                          "rest.")] = False,

@@ -127,7 +127,8 @@ def usable_path(option: str, value) -> "Path":
     """A path the operating system can take, checked before any work: no NUL, valid in the file system's
     encoding, each name and the whole within the file system's limits, and not through a regular file
     (``file.txt/x``). A path that does not exist yet is fine (an output); what else it must be (a file to
-    read, a folder that takes files) is checked where it is used. Returns it as a Path."""
+    read, a folder that takes files) is checked where it is used. An empty path is refused: as a Path it would
+    be the working folder. Returns it as a Path."""
     import errno
     import os
     import sys
@@ -137,6 +138,8 @@ def usable_path(option: str, value) -> "Path":
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     where = f"{option} {_shown(text)}".strip()
+    if not text:  # Path("") is ".": an empty name would stand for the working folder
+        raise InputError(f"{option + ': ' if option else ''}an empty path names no file or folder")
     if "\0" in text:
         raise InputError(f"{where}: holds a NUL byte, which no file name can")
     encoding = sys.getfilesystemencoding()

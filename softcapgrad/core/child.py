@@ -59,6 +59,41 @@ def alive(pid: int) -> bool:
     return pid > 0
 
 
+def _stale(prefix: str, where: Path) -> list[Path]:
+    """This user's folders ``<prefix><pid>-...`` in ``where`` whose process is gone."""
+    import re
+    import stat
+
+    named = re.compile(re.escape(prefix) + r"([0-9]+)-.+")
+    try:
+        paths = sorted(where.iterdir())
+    except OSError:
+        return []
+    stale = []
+    for path in paths:
+        found = named.fullmatch(path.name)
+        if not found or alive(int(found[1])):
+            continue
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():  # a link or another user's: not ours
+                stale.append(path)
+    return stale
+
+
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """A temporary folder ``<prefix><pid>-XXXXXXXX``, removed on every way out the process lives through. One
+    that a run killed outright (SIGKILL) left behind is removed by the next run once its pid is gone, as an
+    engine build's temporary folder is."""
+    import shutil
+
+    for path in _stale(prefix, Path(tempfile.gettempdir())):
+        shutil.rmtree(path, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as folder:
+        yield Path(folder)
+
+
 def kill(process: subprocess.Popen) -> None:
     """The child's whole process group, whatever state it is in."""
     kill_group(process)

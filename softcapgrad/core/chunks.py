@@ -63,7 +63,7 @@ def each_share(rows: int, width: int, work: Callable[[list[slice]], T]) -> list[
     global _pool
     spans = list(row_spans(rows, width))
     threads = max(1, min(torch.get_num_threads(), len(spans) // MIN_SHARE))
-    size = -(-len(spans) // threads)
+    size = max(1, -(-len(spans) // threads))  # an empty tensor has no span: one share, of none
     shares = [spans[i:i + size] for i in range(0, len(spans), size)] or [[]]
     if len(shares) == 1:
         return [work(shares[0])]

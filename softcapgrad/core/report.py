@@ -38,7 +38,8 @@ class Report:
     tables: tuple[Table, ...]
     notes: tuple[str, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict)
-    ok: bool = True  # False makes the command exit 1 (e.g. a claim changed verdict)
+    ok: bool = True  # False makes the command exit ``exit_code`` (e.g. a claim changed verdict)
+    exit_code: int = 1  # when not ok: 1 a verdict changed, NO_VERDICT (cli/common.py) nothing was judged
     answer: tuple[str, ...] = ()  # the finding, in one to three plain sentences, printed first
 
 

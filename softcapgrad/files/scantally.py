@@ -233,7 +233,9 @@ def _key_range(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _edges(top: float) -> np.ndarray:
     """BINS_PER_SIDE + 1 magnitude edges from 0 to top, each on a bin boundary of 9 significant bits,
     so that every bin of the wider formats' multiset falls inside one of them."""
-    raw = np.linspace(0.0, top, BINS_PER_SIDE + 1).astype(np.float32).view(np.uint32)
+    top = min(top, float(np.finfo(np.float64).max))  # 1.05 × float64's largest: inf, whose linspace is NaN
+    with np.errstate(over="ignore"):  # past float32's range: inf, as the float32 keys of such values are
+        raw = np.linspace(0.0, top, BINS_PER_SIDE + 1).astype(np.float32).view(np.uint32)
     half = np.uint32(1 << (_KEY_SHIFT - 1))
     return (((raw + half) >> _KEY_SHIFT) << _KEY_SHIFT).view(np.float32).astype(np.float64)
 

@@ -151,21 +151,23 @@ def reproduce_run(out, only: str | None, figures: bool, force: bool) -> Report:
     """Check the arguments and every target, evaluate, and replace the ledger (and figures) as one set, last.
 
     A partial run (``only``) writes nothing unless ``force``: it would replace the full ledger with
-    a few rows. Figures are drawn in a second process while this one evaluates the claims. Every
-    file is written into a temporary folder inside its own target folder (on that folder's file system) and
-    moved into place at the end (core/files.replace_all): the old results stay whole until the new set is
-    complete.
+    a few rows; ``out`` None (``--out none``) writes nothing. Figures are drawn in a second process while
+    this one evaluates the claims. Every file is written into a temporary folder inside its own target folder
+    (on that folder's file system) and moved into place at the end (core/files.replace_all): the old results
+    stay whole until the new set is complete.
     """
     from pathlib import Path
 
     from softcapgrad.core.files import check_targets, replace_all, writable_folder
     from softcapgrad.core.report import as_json
 
-    out = Path(out)
     chosen = select(only)
-    writable_folder(out, "--out")
+    if out is not None:  # None: --out none, nothing written
+        out = Path(out)
+        writable_folder(out, "--out")
     partial = len(chosen) < len(claims.CLAIMS)
-    ledger_files = [out / name for name in LEDGER_FILES] if not partial or force else []
+    ledger_files = [out / name for name in LEDGER_FILES] if out is not None and (not partial or force) else []
+    figures = figures and out is not None
     drawn = None
     if figures and not partial:
         from softcapgrad.ledger.figures import REPRODUCED, pyplot

@@ -136,6 +136,14 @@ def class_name(module: torch.nn.Module) -> str:
     return cls.__name__
 
 
+def _shape(value) -> str:
+    """What a value given in place of a dict of modules is, in words: its type, or the dict's wrong entry's."""
+    if not isinstance(value, dict):
+        return type(value).__name__
+    k, m = next((k, m) for k, m in value.items() if not (isinstance(k, str) and isinstance(m, torch.nn.Module)))
+    return f"{k!r}: {type(m).__name__}"
+
+
 class Owners:
     """Each module's model and qualified name, learnt from the outermost module called around an op.
 
@@ -146,6 +154,10 @@ class Owners:
     """
 
     def __init__(self, names: dict[str, torch.nn.Module] | None = None) -> None:
+        if names is not None and not (isinstance(names, dict) and all(
+                isinstance(k, str) and isinstance(m, torch.nn.Module) for k, m in names.items())):
+            raise TypeError(f"models must be a dict of name -> torch.nn.Module, such as {{'teacher': model}}, got "
+                            f"{_shape(names)}")
         self._given = {id(m): name for name, m in (names or {}).items()}
         self._of: dict[int, tuple[weakref.ref, int, str]] = {}  # id(module) -> (module, model index, name)
         self.models: list[tuple[str, str | None]] = []  # (class name, given name)

@@ -142,6 +142,9 @@ def patch(module: torch.nn.Module, *, keep_fp32: bool = False, gates: str | None
     The instance gets a ``forward`` attribute that wraps its class's ``forward``; hooks, ``state_dict``
     and parameters are unchanged, and ``torch.compile(module)`` traces the mode with the rest.
     """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"patch expects a torch.nn.Module (a model or one of its layers), got "
+                        f"{type(module).__name__}")
     if gates is not None:
         from softcapgrad.training.tether_patch import patch_gates
 

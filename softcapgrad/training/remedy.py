@@ -32,6 +32,7 @@ none by more than 15 (``make bench`` recomputes this). The compiled backward is 
 
 from __future__ import annotations
 
+import numbers
 from functools import lru_cache
 
 import torch
@@ -170,11 +171,45 @@ class _CapFromInput(torch.autograd.Function):
         return sech2_wide(x, cap).mul(grad).to(x.dtype), None
 
 
+def _range(dtype: torch.dtype) -> tuple[float, float]:
+    info = torch.finfo(dtype)
+    return float(info.tiny), float(info.max)
+
+
+# The caps a tensor of each format takes: (smallest normal, largest finite). A dict, read by dtype: torch.compile
+# traces a look-up by a tensor's dtype (a guard on it), never a value of the tensor.
+CAP_RANGE = {dtype: _range(dtype) for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64)}
+
+
+def check_cap(cap, dtype: torch.dtype) -> float:
+    """``cap`` as a float, or a TypeError / ValueError that says what was expected, for inputs of ``dtype``.
+
+    Why these limits: the forward is c·tanh(x/c) in the input's format, so c is held in that format. Above its
+    largest finite value (3.4e38 in fp32, 65504 in fp16) c is inf there, x/c is 0 and c·0 is NaN for every
+    input, so the largest cap is ``torch.finfo(dtype).max``; at or below it, |c·tanh(x/c)| ≤ c stays finite.
+    Below the smallest normal (``finfo.tiny``) c keeps fewer digits than the format's, and from half the smallest
+    subnormal on it is 0 (x/0, NaN at x = 0): the same normal range the command line asks of a cap."""
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Real):
+        raise TypeError(f"cap must be a real number (a Python or numpy float), got {type(cap).__name__}")
+    cap = float(cap)
+    lo, hi = CAP_RANGE[dtype] if dtype in CAP_RANGE else _range(dtype)
+    if not lo <= cap <= hi:  # NaN too
+        raise ValueError(f"cap must lie in [{lo:.4g}, {hi:.4g}] for {str(dtype).removeprefix('torch.')} inputs "
+                         f"(the format's normal range: c·tanh(x/c) is computed in it), got {cap!r}")
+    return cap
+
+
 def softcap(x: torch.Tensor, cap: float) -> torch.Tensor:
-    """cap·tanh(x/cap) with a gradient recomputed in fp32 from the input."""
-    if not cap > 0:
-        raise ValueError(f"cap must be > 0, got {cap!r}")
-    return _CapFromInput.apply(x, float(cap))
+    """cap·tanh(x/cap) with a gradient recomputed in fp32 from the input.
+
+    ``x``: a floating-point tensor of any shape (empty too); ``cap``: a real number in the normal range of
+    ``x``'s format (:func:`check_cap` says why), checked from the arguments alone, so nothing of the tensor's
+    values is read and ``torch.compile`` traces the call whole."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"softcap expects a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"softcap expects a floating-point tensor, got {x.dtype}")
+    return _CapFromInput.apply(x, check_cap(cap, x.dtype))
 
 
 class SoftCap(nn.Module):
@@ -182,9 +217,7 @@ class SoftCap(nn.Module):
 
     def __init__(self, cap: float) -> None:
         super().__init__()
-        if not cap > 0:
-            raise ValueError(f"cap must be > 0, got {cap!r}")
-        self.cap = float(cap)
+        self.cap = check_cap(cap, torch.float64)  # the widest format's range; each input's format is checked
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return softcap(x, self.cap)

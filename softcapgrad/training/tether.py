@@ -85,6 +85,8 @@ class TetherGate(nn.Module):
             raise InputError(f"arg_min must be < arg_max, got {arg_min!r}, {arg_max!r}")
         if not 0.0 <= ema_decay < 1.0:
             raise InputError(f"ema_decay must lie in [0, 1), got {ema_decay!r}")
+        if not math.isfinite(theta_init):
+            raise InputError(f"theta_init must be a finite number, got {theta_init!r}")
         self.beta, self.arg_min, self.arg_max = float(beta), float(arg_min), float(arg_max)
         self.ema_decay, self.detach_signal = float(ema_decay), detach_signal
         self.theta = nn.Parameter(torch.full((num_gates,), float(theta_init)))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -43,17 +42,14 @@ from softcapgrad.core.checks import InputError
 from softcapgrad.engines.environments import build_steps, trust
 from softcapgrad.engines.environments.build_steps import BuildError
 from softcapgrad.engines.environments.build_steps import run as _step
+from softcapgrad.engines.environments.requirements import (  # noqa: F401  (read here by callers and tests)
+    ADAPTER_PATH, ADAPTERS, ENGINES, REQUIREMENTS, Requirements, adapter_file, names, read, requirements_file,
+)
 
 MAIN = "main"
 # the names four engines and their environments had before parity, train-parity and engines spoke one vocabulary:
 # read on input, never printed
 FORMER = {"lit_gpt": "litgpt", "torch_tune": "torchtune", "mlxlm": "mlx-lm", "gemma_jax": "gemma-jax"}
-ENGINES = Path(__file__).resolve().parents[1]  # the engines package: requirements/ and adapters/ are data files there
-REQUIREMENTS = ENGINES / "requirements"
-ADAPTERS = ENGINES / "adapters"
-# the adapters' folders, in the order the child's import path takes them: the modules every adapter may import, the
-# forward check's adapters, the training check's (which import forward ones: the same model loaders)
-ADAPTER_PATH = (ADAPTERS, ADAPTERS / "forward", ADAPTERS / "training")
 STAMP = "softcapgrad-environment.json"
 DIGITS = 16  # hex digits of the sha256 in a folder's name
 STATES = ("installed", "not installed", "stale", "broken", "untrusted")
@@ -66,59 +62,6 @@ TERMINATED = "terminated; the build's processes were stopped and its temporary f
 def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "softcapgrad" / "engines"
-
-
-@dataclass(frozen=True)
-class Requirements:
-    name: str
-    path: Path
-    packages: tuple[str, ...]  # requirement lines, as written
-    removals: tuple[str, ...]  # packages uninstalled after the install
-    python: str | None  # "3.11": the interpreter to build with (None: the one running softcapgrad)
-    digest: str  # sha256 of the file's bytes, hex
-    then: tuple[str, ...] = ()  # adapters/ scripts run by the new environment's interpreter after the install
-
-
-def names() -> list[str]:
-    """Every environment the project builds (one per requirements file), in name order."""
-    return sorted(p.stem for p in REQUIREMENTS.glob("*.txt"))
-
-
-def requirements_file(name: str) -> Path:
-    return REQUIREMENTS / f"{name}.txt"
-
-
-def read(name: str, path: Path | None = None) -> Requirements:
-    """The requirements of environment ``name`` (its file under requirements/, or ``path``)."""
-    path = path or requirements_file(name)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise InputError(f"engine environment {name}: no requirements file {path.name} ({err.strerror})") from None
-    packages, removals, python, then = [], [], None, []
-    for raw in data.decode("utf-8").splitlines():
-        line = raw.strip()
-        if line.startswith("#"):
-            body = line[1:].strip()
-            if body.startswith("remove:"):
-                removals += body[len("remove:"):].split()
-            elif body.startswith("python:"):
-                python = body[len("python:"):].strip()
-            elif body.startswith("then:"):
-                then += body[len("then:"):].split()
-        elif line:
-            packages.append(line.split(" #")[0].strip())
-    return Requirements(name, path, tuple(packages), tuple(removals), python, hashlib.sha256(data).hexdigest(),
-                        tuple(then))
-
-
-def adapter_file(name: str) -> Path:
-    """The file ``name`` (``adapter_<x>.py``) in the first of the adapters' folders that holds it; where none does, the
-    folder of its kind (training for ``adapter_train_*``, else forward)."""
-    for place in ADAPTER_PATH:
-        if (place / name).is_file():
-            return place / name
-    return ADAPTERS / ("training" if name.startswith("adapter_train_") else "forward") / name
 
 
 def folder(req: Requirements, root: Path | None = None) -> Path:
@@ -152,7 +95,7 @@ def _others(name: str, keep: Path | None, root: Path) -> list[Path]:
 def _stamp(path: Path) -> dict | None:
     try:
         stamp = json.loads((path / STAMP).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     return stamp if isinstance(stamp, dict) and isinstance(stamp.get("versions"), dict) else None
 

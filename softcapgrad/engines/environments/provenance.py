@@ -75,7 +75,7 @@ def stamp_python(folder: Path | None) -> str | None:
         return None
     try:
         stamp = json.loads((folder / STAMP).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return stamp.get("python") if isinstance(stamp, dict) and isinstance(stamp.get("python"), str) else None
 

@@ -47,7 +47,10 @@ def modules(adapter: str) -> tuple[str, ...]:
     return ("numpy", *IMPORTS.get(adapter, ()))
 
 
-def _file(path: Path) -> Path:
+def runnable(path: Path) -> Path:
+    """``path`` as an absolute path (the child starts elsewhere; a link is kept, as a venv's interpreter is one),
+    or one line: missing, a link to nothing, a folder, not executable. Cheap: checked before any other work."""
+    path = Path(os.path.abspath(path))
     if not os.path.lexists(path):
         raise InputError(f"--python {path}: no such file")
     if not path.exists():
@@ -65,7 +68,7 @@ def probe(path: Path, adapter: str, engine: str, timeout: float | None = None) -
     modules cannot be found."""
     from softcapgrad.engines.forward import runner
 
-    path = _file(Path(os.path.abspath(path)))  # absolute (the child starts elsewhere), the link kept: a venv's
+    path = runnable(path)
     limit = PROBE_TIMEOUT if timeout is None else timeout
     with tempfile.TemporaryDirectory(prefix="softcapgrad-probe-") as tmp:
         try:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from softcapgrad.core import child
 from softcapgrad.engines.forward import catalog, conditioning, determinism, runner, verdict
 from softcapgrad.engines.forward import reference as ref
 from softcapgrad.engines.forward.parity import FOLDERS, Parity, _prepare, recorded, variants
@@ -43,7 +43,7 @@ def measure_all(sources: list, engines: list, states: dict, seq_len: int, seed: 
         try:
             models = []
             for label, src, keep in sources:
-                work = Path(folders.enter_context(tempfile.TemporaryDirectory(prefix="softcapgrad-parity-")))
+                work = folders.enter_context(child.scratch("softcapgrad-parity-"))  # a killed run's: cleared later
                 models.append(Model(_prepared(src, seq_len, seed, work, label, keep), work, keep))
             tasks = []
             for engine in engines:

@@ -253,13 +253,13 @@ def _finished(out: Path, variants: list[str], tail: list) -> Outcome | None:
     if (out / "info.json").is_file():
         try:
             info = json.loads((out / "info.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             info = {}
         return _read(out, variants, _seconds(info, "cpu_s"), _seconds(info, "wall_s"), tail)
     try:
         said = json.loads((out / "reason.json").read_text(encoding="utf-8"))
         code, why = int(said["code"]), plain(str(said["reason"]))[:300]  # as last_line cuts a reason
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return Outcome({}, {}, why, code, _seconds(said, "cpu_s"), _seconds(said, "wall_s"), tail)
 
@@ -271,7 +271,7 @@ def _tail(err: bytes) -> list[str]:
 def _read(out: Path, variants: list[str], cpu: float, wall: float, tail: list) -> Outcome:
     try:
         info = json.loads((out / "info.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         return Outcome({}, {}, f"the engine exited 0 but wrote no readable info.json ({error})", 0, cpu, wall, tail)
     logits = {}
     failed = info.get("failed") if isinstance(info, dict) and isinstance(info.get("failed"), dict) else {}

@@ -65,6 +65,24 @@ def folder(version: str, where: Path | None = None) -> Path:
     return (where or root()) / f"transformers-{version}"
 
 
+def listed(version: str) -> str:
+    """``version`` as RELEASES spells it (``5.6`` is ``5.6.0``), or one line: a malformed release, one outside
+    RELEASES' first to last, or one PyPI does not list there (yanked or never published)."""
+    from packaging.version import Version
+
+    folder(version)  # malformed: one line
+    spelled = {Version(v): v for v in RELEASES}
+    if Version(version) in spelled:
+        return spelled[Version(version)]
+    first, last = RELEASES[0], RELEASES[-1]
+    if not Version(first) <= Version(version) <= Version(last):
+        raise InputError(f"--release {version}: outside the releases this command walks, {first} to {last}")
+    below = max((v for v in spelled if v < Version(version)))
+    above = min((v for v in spelled if v > Version(version)))
+    raise InputError(f"--release {version}: not a release PyPI lists (yanked or never published); the nearest "
+                     f"are {spelled[below]} and {spelled[above]}")
+
+
 def site(path: Path) -> Path:
     return path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
@@ -80,7 +98,7 @@ def state(version: str, where: Path | None = None) -> environments.State:
         return environments.State(name, "untrusted", here, None, {}, 0, why, here)
     try:
         versions = json.loads((here / STAMP).read_text(encoding="utf-8"))["versions"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return environments.State(name, "broken", here, None, {}, 0, f"its stamp {STAMP} is missing or unreadable")
     return environments.State(name, "installed", here, environments.interpreter(here), versions, 0, "")
 

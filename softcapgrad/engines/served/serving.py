@@ -19,7 +19,7 @@ from softcapgrad.engines.forward.vocabulary import vocabulary
 KEEPS = {"final": ("capped", "attention off"), "attention": ("capped", "final off")}  # variants with the cap on
 DROPS = {"final": ("final off", "uncapped"), "attention": ("attention off", "uncapped")}
 RATIO = verdict.RATIO  # the nearest variant must fit this many times better than every variant on the other side
-JUDGED = ("applied", "ignored", "different")  # the verdicts that judge a cap; the command exits 1 without one
+JUDGED = ("applied", "ignored", "different")  # the verdicts that judge a cap; the command exits 4 without one
 
 
 @dataclass(frozen=True)

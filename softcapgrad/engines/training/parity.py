@@ -11,11 +11,11 @@ reads each step's first zeros (engines/training/zeros.py).
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from softcapgrad.core import child
 from softcapgrad.engines.forward import catalog, runner
 from softcapgrad.engines.forward.parity import recorded
 from softcapgrad.engines.training import reference as tr, verdict as tv
@@ -98,8 +98,7 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
 
     from softcapgrad.stacks import registry
 
-    with tempfile.TemporaryDirectory(prefix="softcapgrad-train-") as tmp:
-        work = Path(tmp)
+    with child.scratch("softcapgrad-train-") as work:  # named by this pid: a killed run's is cleared later
         reference, model = tr.prepare(src, seq_len, seed, work)
         design = row_folder(model, reference.ids, work)
         folders = ["capped", *sweep_folders(model, reference.ids, work), *([ROWS_FOLDER] if design else []),
