@@ -70,3 +70,16 @@ def test_only_a_last_dimension_of_heads_is_per_head():
     assert [head_count(attn, "sigmoid", n) for n in (4, 32, 8, 33)] == [4, 4, None, None]
     assert head_count(attn, "softmax", 4) is None and head_count(None, "sigmoid", 4) is None
     assert head_count(torch.nn.Linear(2, 2), "sigmoid", 4) is None  # a module that names no heads
+
+
+@pytest.mark.parametrize("n", [4, 8])  # one gate per head; two channels per head
+def test_a_small_call_counted_from_python_floats_gives_the_tensors_per_head_sums(n):
+    from softcapgrad.training.gateheads import add_heads
+
+    y = (0.5 + torch.rand(3, 5, n, generator=torch.Generator().manual_seed(n)) / 2).to(torch.bfloat16)  # open
+    y[..., n // 4:n // 2] = 1e-4  # head 1 shut, in both layouts
+    listed, total = add_heads(None, y, 4, 1, y.reshape(-1).tolist())
+    reduced, total2 = add_heads(None, y, 4, 1)
+    assert listed[0] == reduced[0] == [0, 15 * n // 4, 0, 0]
+    # the same values summed in another order (fsum against float64 sums): within 60·2⁻⁵² of the total, each head
+    assert listed[1] == pytest.approx(reduced[1], rel=60 * 2.0**-52) and total == pytest.approx(total2, rel=60 * 2.0**-52)

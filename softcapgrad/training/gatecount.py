@@ -40,10 +40,10 @@ def count_forward(s: Step, fn: str, x: torch.Tensor, y: torch.Tensor, heads: int
         return
     s.count += y.numel()
     if y.device.type == "cpu" and y.numel() <= _LISTED:
-        closed = s.closed
-        _listed(s, fn, x.reshape(-1).tolist(), y.reshape(-1).tolist())
+        closed, ys = s.closed, y.reshape(-1).tolist()
+        _listed(s, fn, x.reshape(-1).tolist(), ys)
         if heads:
-            s.heads = add_heads(s.heads, y, heads, s.closed - closed, listed=True)[0]
+            s.heads = add_heads(s.heads, y, heads, s.closed - closed, ys)[0]
         return
     low = high = None
     if y.device.type == "cpu":  # one pass for the range, which usually leaves nothing else to count
@@ -52,7 +52,7 @@ def count_forward(s: Step, fn: str, x: torch.Tensor, y: torch.Tensor, heads: int
     s.closed += closed
     s.saturated += _saturated(fn, y, low, high)
     if heads:  # the per-head sums in place of the whole sum: no pass more than before but the closed heads'
-        s.heads, total = add_heads(s.heads, y, heads, closed, listed=False)
+        s.heads, total = add_heads(s.heads, y, heads, closed)
         s.total += total
     else:
         s.total += torch.sum(y, dtype=torch.float64).item()

@@ -12,6 +12,7 @@ gaterows.closed_below); each head holds count / H of the site's elements.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -39,17 +40,17 @@ def module_named(owners, model: int, name: str) -> torch.nn.Module | None:
     return None
 
 
-def add_heads(heads: list | None, y: torch.Tensor, h: int, closed: int, listed: bool) -> tuple[list, float]:
+def add_heads(heads: list | None, y: torch.Tensor, h: int, closed: int, ys: list | None = None) -> tuple[list, float]:
     """Add the call's per-head sums to ``heads`` ([closed per head, Σ y per head]; None: none yet); (heads, Σ y).
-    ``closed``: the call's closed count (0: no per-head closed pass); ``listed``: a small call, counted from Python
-    floats as gatecount counts it."""
+    ``closed``: the call's closed count (0: no per-head closed pass); ``ys``: a small call's values as Python floats,
+    flat (gatecount counts it from them), else None."""
     if heads is None:
         heads = [[0] * h, [0.0] * h]
-    if listed:
+    if ys is not None:
         n = y.shape[-1]
         k = n // h
-        rows = y.reshape(-1, n).tolist()
-        per = [[v for r in rows for v in r[i * k:(i + 1) * k]] for i in range(h)]
+        per = [ys[i::h] if k == 1 else list(itertools.chain.from_iterable(
+            ys[r + i * k:r + (i + 1) * k] for r in range(0, len(ys), n))) for i in range(h)]
         totals = [math.fsum(p) for p in per]
         shut = [sum(1 for v in p if v < CLOSED) for p in per] if closed else None
     else:
