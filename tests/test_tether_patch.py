@@ -261,6 +261,7 @@ def _compiled_grads(model):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")  # torch's own, at compile
 @pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`:UserWarning")  # transformers' MoE
 @pytest.mark.parametrize("make", [laguna, qwen3_next], ids=["laguna", "qwen3_next"])
 def test_compiled_at_step_0_the_patch_is_the_compiled_model(make):
     """Under torch.compile, bf16, step 0: the patched model against the same model compiled unpatched (compiled
