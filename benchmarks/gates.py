@@ -1,6 +1,8 @@
-"""GateMonitor on a watched step of a tiny gated model (lfm3: a bf16 sigmoid output gate per head), eager and
-compiled, against the same step unwatched (target ≤ 1.1×, issue 38); and eager at batch 8×128, where the monitor's
-cost per gate call, the same at any size, weighs less.
+"""GateMonitor on a watched step of each tiny gated model type it reports (lfm3: a bf16 sigmoid output gate per head;
+laguna: an fp32 softplus gate per head and a sigmoid router; qwen3_next: a bf16 sigmoid gate per channel of each head
+and softmax routers), eager and compiled, against the same step unwatched (target ≤ 1.1×, issues 38 and 54); and lfm3
+eager at batch 8×128, where the monitor's cost per gate call, the same at any size, weighs less.
+BENCH_GATE_MODELS=lfm3,laguna picks the model types (default all three).
 
 The watched step's figure is the plain median plus the median of the per-round differences (each round runs both,
 in turn): the machine's speed drifts within a run (the 8×128 plain step went from 17 to 27 ms in one), and the
@@ -15,12 +17,15 @@ import warnings
 from benchmarks.timing import Figure, interleaved, paired_extra
 
 
-def _lfm3(compiled: bool, batch: int = 2, seq: int = 16):
+MODELS = ("lfm3", "laguna", "qwen3_next")
+
+
+def _tiny(model_type: str, compiled: bool, batch: int = 2, seq: int = 16):
     import torch
 
     from softcapgrad.models import audit
 
-    config = audit.model_type_config("lfm3", {})
+    config = audit.model_type_config(model_type, {})
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -44,8 +49,10 @@ def gate_monitor() -> list[Figure]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # per-op cost, not thread contention on a shared machine
     out = []
-    for compiled, batch, seq in ((False, 2, 16), (True, 2, 16), (False, 8, 128)):
-        step = _lfm3(compiled, batch, seq)
+    models = os.environ.get("BENCH_GATE_MODELS", ",".join(MODELS)).split(",")
+    cases = [(m, compiled, 2, 16) for m in models for compiled in (False, True)]
+    for model_type, compiled, batch, seq in cases + ([("lfm3", False, 8, 128)] if "lfm3" in models else []):
+        step = _tiny(model_type, compiled, batch, seq)
         monitor = GateMonitor()
 
         def watched(step=step, monitor=monitor) -> object:
@@ -60,7 +67,8 @@ def gate_monitor() -> list[Figure]:
                         clock=time.process_time, samples=samples)
         extra, low, high = paired_extra(samples, "watched", "plain")
         kind = "compiled" if compiled else "eager"
-        out += [Figure(f"tiny lfm3 step (bf16, batch {batch}×{seq}, 1 thread), {kind}, forward+backward", t["plain"]),
+        out += [Figure(f"tiny {model_type} step (bf16, batch {batch}×{seq}, 1 thread), {kind}, forward+backward",
+                       t["plain"]),
                 Figure(f"  the same step inside GateMonitor ({kind}): plain + paired extra", t["plain"] + extra,
                        t["plain"], "<= 1.1x", 1.1),
                 Figure(f"  watched minus plain, per round (quartiles {low * 1e3:.2f} to {high * 1e3:.2f} ms)", extra)]

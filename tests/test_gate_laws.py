@@ -260,3 +260,17 @@ def test_horizon_upstream_and_loss_scale_json(cli, monkeypatch):
     assert code == 2 and "rounds to 0" in err and len(err.strip().splitlines()) == 1
     code, _, _, err = cli("horizon", "--upstream", "0.5")
     assert code == 2 and "--upstream" in err
+
+
+def test_stacks_gate_rows_take_the_upstream_as_horizon_does(cli):
+    """stacks --upstream G --loss-scale S: each format's gate rows for g = G·S rounded to it, the rows gate_rows gives
+    there (tested above against autograd over every value); fp16 at g = 1e-6 dies from 3.49, not 8.32; a G·S that
+    rounds to 0 in one format is one line, exit 2."""
+    code, data, _, _ = cli("stacks", "--upstream", "1e-6", "--json")
+    assert code == 0 and data["params"]["upstream"] == 1e-6 and data["params"]["loss_scale"] == 1.0
+    fp16 = [r for r in data["gates"] if r["dtype"] == "float16" and r["fn"] == "sigmoid"]
+    g = measured.upstream_in(FP16, 1e-6)
+    assert fp16 == measured.gate_rows(FP16, "sigmoid", ["eager"], g=g) and fp16[0]["upstream"] == g
+    assert {r["side"]: r["first_zero_grad_input"] for r in fp16}["+"] == 3.4921875
+    code, _, _, err = cli("stacks", "--upstream", "1e-9")
+    assert code == 2 and "rounds to 0 in float16" in err and len(err.strip().splitlines()) == 1

@@ -612,7 +612,7 @@ def test_trainer_callback_logs_gate_health_of_each_watched_step(tmp_path):
     assert [step for step, _ in logged] == [1, 3]
     last = logged[-1][1]
     for r in sites:
-        count, closed, _, backward, zero, mean = r.per_step[-1]
+        count, closed, _, backward, zero, mean, _ = r.per_step[-1]
         assert last[f"gates/{r.module}/sigmoid/mean"] == mean
         assert last[f"gates/{r.module}/sigmoid/closed"] == closed / count
     assert last["gates/closing"] == 0.0

@@ -132,6 +132,16 @@ def knee(
     emit(build, json_out, wide, plot, "knee")
 
 
+# a gate's upstream gradient (horizon --fn, stacks' gate rows)
+Upstream = Annotated[Optional[float], typer.Option(
+    "--upstream", callback=Bound(0.0, FP64_MAX, "a gradient's size: a positive float64", lo_open=True),
+    help="A gate's upstream gradient G (horizon: with --fn; default 1; times --loss-scale, rounded once to the gate's "
+         "format).")]
+LossScale = Annotated[Optional[float], typer.Option(
+    "--loss-scale", callback=Bound(0.0, FP64_MAX, "a positive float64", lo_open=True),
+    help="The loss scale S a gate's upstream gradient carries (default 1: no loss scaling).")]
+
+
 def horizon(
     cap: Caps = None,
     dtype: Annotated[Optional[str], typer.Option(help="Float format of the scores and the cap: bf16 (default), fp16, fp32 or fp64.")] = None,
@@ -162,13 +172,8 @@ def horizon(
     fn: Annotated[Optional[str], typer.Option("--fn", help=f"{one_of(HORIZON_FUNCTIONS)}: the soft-cap c·tanh(a/c) "
                                                            "(default), or a sigmoid or softplus gate on its own, "
                                                            "eager and compiled.")] = None,
-    upstream: Annotated[Optional[float], typer.Option(
-        "--upstream", callback=Bound(0.0, FP64_MAX, "a gradient's size: a positive float64", lo_open=True),
-        help="With --fn: the upstream gradient G the gate's output receives (default 1; times --loss-scale, rounded "
-             "once to --dtype).")] = None,
-    loss_scale: Annotated[Optional[float], typer.Option(
-        "--loss-scale", callback=Bound(0.0, FP64_MAX, "a positive float64", lo_open=True),
-        help="With --fn: the loss scale S the upstream gradient carries (default 1: no loss scaling).")] = None,
+    upstream: Upstream = None,
+    loss_scale: LossScale = None,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -211,15 +216,10 @@ def horizon(
         if formats.torch_dtype(fmt) is None or fmt.itemsize < 2:
             raise InputError(f"--dtype {dtype}: autograd needs a format torch computes in (bf16, fp16, fp32, fp64)")
         if gate != "tanh":
-            from softcapgrad.stacks.gates import gate_horizon_report
-
-            from softcapgrad.stacks.gates import upstream_in
+            from softcapgrad.stacks.gates import gate_horizon_report, upstream_checked
 
             G, S = (1.0 if upstream is None else upstream), (1.0 if loss_scale is None else loss_scale)
-            g = upstream_in(fmt, G, S)
-            if not (0 < g < math.inf):
-                raise InputError(f"--upstream {G:g} × --loss-scale {S:g} = {G * S:g} rounds to {g:g} in {fmt.name}: "
-                                 "a gradient the gate's backward can receive must be positive and finite there")
+            upstream_checked(fmt, G, S)
             return gate_horizon_report(gate, fmt, G, S)
         caps = [cap_in_format("--cap", c, fmt, "a/c and the tanh are computed") for c in caps]
         bounds = cap_range(fmt)

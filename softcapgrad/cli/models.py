@@ -90,6 +90,9 @@ def audit_model(
     patch: Annotated[Optional[str], typer.Option("--patch", help="tether: patch TetherGate in at the head gates "
                                                                  "(eager) and check step 0 bit for bit, instead of "
                                                                  "the caps' audit.")] = None,
+    gates: Annotated[bool, typer.Option("--gates", help="Each gate's opening (quantiles) and inputs past its format's "
+                                                        "first zero, on the shipped text (or --inputs), instead of "
+                                                        "the caps' audit.")] = False,
     json_out: Json = False,
     wide: Wide = False,
     plot: Plot = None,
@@ -110,6 +113,9 @@ def audit_model(
         if patch is not None:
             choice("--patch", patch, ("tether",))
             not_with({"--attn": attn, "--plot": plot}, "with --patch: the patch is checked eagerly, in one table")
+        if gates:
+            not_with({"--attn": attn, "--patch": patch, "--plot": plot, "--batch": batch, "--seq-len": seq_len,
+                      "--autocast": autocast}, "with --gates: one eager forward of the text (or --inputs)")
         implementations = pick("--attn", attn, audit.IMPLEMENTATIONS)
         params_format = formats.resolve(dtype).name
         if params_format not in audit.FORMATS:
@@ -129,11 +135,21 @@ def audit_model(
         if inputs is not None:
             not_with({"--batch": batch, "--seq-len": seq_len}, "with --inputs: the file gives the batch")
             ids = audit.read_token_ids(inputs)
-        else:
+        elif not gates:
             b = 2 if batch is None else batch
             n = 16 if seq_len is None else seq_len
             tokens_fit(b, n, "--batch × --seq-len")
         src = audit.source(directory, model_type, set_ or [])
+        if gates:
+            from softcapgrad.models.gate_audit import audit_gates
+
+            if inputs is not None:
+                tokens_fit(*ids.shape, f"--inputs {inputs}")
+                logits_fit(src.config, ids.numel(), f"--inputs {inputs}")
+                audit.check_ids(ids, src.config, f"--inputs {inputs}")
+            return audit_gates(src, ids if inputs is not None else None, params_format, device_name, s,
+                               {"model": str(directory) if directory else model_type, "set": set_ or [],
+                                "inputs": str(inputs) if inputs else None})
         if inputs is None:
             logits_fit(src.config, b * n, "--batch × --seq-len")
             ids = audit.random_ids(src.config, b, n, s)

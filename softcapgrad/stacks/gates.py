@@ -11,8 +11,11 @@ gives the first zero and the input from which every gradient is 0.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from softcapgrad.core.checks import InputError
 from softcapgrad.core.report import Report, Table
 from softcapgrad.laws import formats
 from softcapgrad.laws.gates import gate_point, torch_backward_values
@@ -39,6 +42,16 @@ def gate_formula(fn: str):
 def upstream_in(dtype: np.dtype, upstream: float, loss_scale: float = 1.0) -> float:
     """The upstream gradient the gate's backward receives: G·S in float64, rounded once to the gate's format."""
     return float(np.float64(upstream * loss_scale).astype(dtype))
+
+
+def upstream_checked(dtype: np.dtype, upstream: float, loss_scale: float = 1.0) -> float:
+    """upstream_in, refused in one line where G·S rounds to 0 or ∞ in the format (no gradient the backward gets)."""
+    g = upstream_in(dtype, upstream, loss_scale)
+    if not (0 < g < math.inf):
+        raise InputError(f"--upstream {upstream:g} × --loss-scale {loss_scale:g} = {upstream * loss_scale:g} rounds to "
+                         f"{g:g} in {dtype.name}: a gradient the gate's backward can receive must be positive and "
+                         "finite there")
+    return g
 
 
 def gate_gradient(values: np.ndarray, dtype: np.dtype, fn: str, compiled: bool = False, g: float = 1.0) -> np.ndarray:

@@ -159,27 +159,34 @@ def _remedy_sentence(rows: list[dict]) -> str:
 GATE_FORMATS = ("bfloat16", "float16", "float32")
 
 
-def gate_stack_rows() -> list[dict]:
+def gate_stack_rows(upstream: float = 1.0, loss_scale: float = 1.0) -> list[dict]:
     """The sigmoid and softplus gates on torch eager CPU: per format and side, the first input whose autograd
-    gradient is exactly 0 (softcapgrad.stacks.gates), beside the correctly rounded law's."""
+    gradient is exactly 0 (softcapgrad.stacks.gates) for the upstream G·S rounded to the format (refused in one line
+    where that is 0 or ∞ there), beside the correctly rounded law's (G·S = 1) or torch's formula's."""
     from softcapgrad.stacks import gates
 
+    g = {name: gates.upstream_checked(formats.resolve(name), upstream, loss_scale) for name in GATE_FORMATS}
     return [r for fn in ("sigmoid", "softplus") for name in GATE_FORMATS
-            for r in gates.gate_rows(formats.resolve(name), fn, ["eager"])]
+            for r in gates.gate_rows(formats.resolve(name), fn, ["eager"], g=g[name])]
 
 
 def _gate_sentence(rows: list[dict]) -> str:
     at = {(r["fn"], r["side"]): r["first_zero_grad_input"] for r in rows if r["dtype"] == "bfloat16"}
+    g = next(r["upstream"] for r in rows if r["dtype"] == "bfloat16")
 
     def x(key) -> str:
         return "never" if at[key] is None else f"from x = {at[key]:g}"
 
+    if g != 1.0:  # the product underflows first: not where σ is stored as 1 or 0
+        return (f"The gates (torch eager CPU, bf16, upstream g = {g:.8g}): a sigmoid gate's gradient is first exactly 0 "
+                f"{x(('sigmoid', '+'))} and {x(('sigmoid', '−'))}; a softplus gate's {x(('softplus', '−'))} and "
+                f"{x(('softplus', '+'))} for x > 0 (every_zero_from in the wide table: from where every gradient is 0).")
     return (f"The gates (torch eager CPU, bf16): a sigmoid gate's gradient is exactly 0 {x(('sigmoid', '+'))} "
             f"(stuck open) and {x(('sigmoid', '−'))} (stuck shut); a softplus gate's {x(('softplus', '−'))} "
             f"only, {x(('softplus', '+'))} for x > 0.")
 
 
-def stacks_report() -> Report:
+def stacks_report(upstream: float = 1.0, loss_scale: float = 1.0) -> Report:
     """Every stack: its device, the score formats it takes, where its figures come from on this machine, and
     where each remedy's gradient first becomes 0 per scores format."""
     rec = recorded.packaged()
@@ -194,10 +201,11 @@ def stacks_report() -> Report:
     absent = {r["reason"]: [x["path"] for x in rows if x["reason"] == r["reason"]]
               for r in rows if r["source"] == "not measured"}
     remedies = remedy_rows()
-    gates = gate_stack_rows()
+    gates = gate_stack_rows(upstream, loss_scale)
     return Report(
         command="stacks",
-        params={"recording": {"device": rec.device, "date": rec.date, "versions": rec.versions}, "remedy_cap": REMEDY_CAP},
+        params={"recording": {"device": rec.device, "date": rec.date, "versions": rec.versions}, "remedy_cap": REMEDY_CAP,
+                "upstream": upstream, "loss_scale": loss_scale},
         tables=(Table("rows", "the real stacks", rows, ("path", "device", "scores", "source"), wide=("reason", "computes")),
                 Table("remedies", f"the first input whose gradient through each remedy is exactly 0 (c = {REMEDY_CAP:g}), "
                                   f"beside {BASELINE}'s", remedies,
@@ -206,12 +214,13 @@ def stacks_report() -> Report:
                 Table("gates", "the first input whose autograd gradient through torch's sigmoid / softplus is exactly "
                                "0 (eager CPU), beside the correctly rounded law's", gates,
                       ("fn", "dtype", "side", "first_zero_grad_input", "law_exact", "agrees_with"),
-                      wide=("law_torch_formula", "monotone", "source"), digits=9)),
+                      wide=("law_torch_formula", "every_zero_from", "monotone", "upstream", "source"), digits=9)),
         notes=(*(f"{s.name}: {s.computes}" for s in STACKS.values()),
                f"old recipe names: {', '.join(f'{k} = {v[0]} ({SHORT[v[1]]})' for k, v in ALIASES.items())}",
                f"recording: {rec.provenance}",
                "gates: torch.sigmoid(x) / torch.nn.functional.softplus(x) differentiated by autograd over every value "
-               "of the format (bisection for float32), upstream ones; law exact: where a correctly rounded σ is "
+               "of the format (bisection for float32), upstream ones (--upstream G --loss-scale S: G·S in float64 rounded "
+               "once to each format); law exact (G·S = 1 only): where a correctly rounded σ is "
                "stored as 1.0 or 0 (softcapgrad knee --fn sigmoid|softplus); compiled: softcapgrad horizon --fn"),
         answer=(f"{len(live)} of {len(rows)} stacks run on this machine and are measured live; the others come from "
                 f"the recording made on {rec.device} on {rec.date} (torch {rec.versions.get('torch', '?')})"

@@ -28,24 +28,34 @@ from typing import Callable
 
 import torch
 
+from softcapgrad.training.gateheads import add_heads
 from softcapgrad.training.gaterows import CLOSED, Step, _closed, _saturated
 from softcapgrad.training.tally import _SMALL, _zero_grads
 
 
-def count_forward(s: Step, fn: str, x: torch.Tensor, y: torch.Tensor) -> None:
-    """Add the call y = fn(x) to the step's sums (x, y detached)."""
+def count_forward(s: Step, fn: str, x: torch.Tensor, y: torch.Tensor, heads: int | None = None) -> None:
+    """Add the call y = fn(x) to the step's sums (x, y detached); ``heads``: H of a per-head gate (gateheads.py),
+    whose per-head sums give the total too."""
     if y.numel() == 0:
         return
     s.count += y.numel()
     if y.device.type == "cpu" and y.numel() <= _LISTED:
-        _listed(s, fn, x.reshape(-1).tolist(), y.reshape(-1).tolist())
+        closed, ys = s.closed, y.reshape(-1).tolist()
+        _listed(s, fn, x.reshape(-1).tolist(), ys)
+        if heads:
+            s.heads = add_heads(s.heads, y, heads, s.closed - closed, ys)[0]
         return
     low = high = None
     if y.device.type == "cpu":  # one pass for the range, which usually leaves nothing else to count
         low, high = (v.item() for v in torch.aminmax(y))
-    s.closed += _closed(y, low)
+    closed = _closed(y, low)
+    s.closed += closed
     s.saturated += _saturated(fn, y, low, high)
-    s.total += torch.sum(y, dtype=torch.float64).item()
+    if heads:  # the per-head sums in place of the whole sum: no pass more than before but the closed heads'
+        s.heads, total = add_heads(s.heads, y, heads, closed)
+        s.total += total
+    else:
+        s.total += torch.sum(y, dtype=torch.float64).item()
     low, high = (v.item() for v in torch.aminmax(x))
     s.low, s.high = min(s.low, low), max(s.high, high)
 

@@ -49,9 +49,10 @@ from softcapgrad.training.gatecalls import GateCalls
 from softcapgrad.training.gategraph import FeedProbe, GraphWatch, graph_watch, unseen
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
-    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, gate_report, no_gate_lookup, trend,
+    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, compiled_note, gate_report, no_gate_lookup, trend,
 )
 from softcapgrad.training.gatecount import Later, casts_back, compiled_output, count_backward, count_forward, small
+from softcapgrad.training.gateheads import head_count, merge, module_named, per_head
 
 aten = torch.ops.aten
 FORWARD = {aten.sigmoid.default: "sigmoid", aten.sigmoid_.default: "sigmoid", aten.softplus.default: "softplus",
@@ -97,6 +98,8 @@ class GateMonitor(SitedMode):
         self.routers: set[GateSite] = set()
         self._zones: dict[tuple, GateZero] = {}
         self._casts: dict[GateSite, tuple] = {}  # the formats a sigmoid or softplus site's gradient is cast back to
+        self._heads: dict[GateSite, int | None] = {}  # H of a per-head gate; its per-head sums over the steps:
+        self._per_head: dict[GateSite, list] = {}
         self._compiled = CompiledRegions()
         self._depth = 0
         self.held = False  # True: with-blocks add up to one step until end_step() (a Trainer's micro-batches)
@@ -192,6 +195,7 @@ class GateMonitor(SitedMode):
                     (s.count, s.closed, s.saturated, s.backward, s.zero, s.total / s.count if s.count else 0.0, s.zero_cast))
                 r = self._ranges.setdefault(site, [s.low, s.high])
                 r[0], r[1] = min(r[0], s.low), max(r[1], s.high)
+                self._per_head[site] = merge(self._per_head.get(site), s.heads)
         self._block = {}
 
     def step(self):
@@ -264,7 +268,9 @@ class GateMonitor(SitedMode):
         self._count(site, x, y)
 
     def _count(self, site: GateSite, x: torch.Tensor, y: torch.Tensor) -> None:
-        count_forward(self._block.setdefault(site, Step()), site.fn, x.detach(), y.detach())
+        if site not in self._heads:  # once per site: whether its gate is per head (gateheads.py)
+            self._heads[site] = head_count(module_named(self._owners, site.model, site.module), site.fn, y.shape[-1])
+        count_forward(self._block.setdefault(site, Step()), site.fn, x.detach(), y.detach(), self._heads[site])
 
     def _count_soon(self, site: GateSite, x: torch.Tensor, output: Callable) -> int | None:
         """Count y = output(x) now, or (a small gate) when the block closes: then a token for its backward."""
@@ -344,18 +350,8 @@ class GateMonitor(SitedMode):
         unfound = self.unfound and (f"{self.unfound} gate call{'s' if self.unfound != 1 else ''} of a watched step "
                                     "went uncounted (another code path than the one learnt ran, or the gate's input "
                                     "changed in place before the step ended); later steps watch the calls")
-        return "; ".join(s for s in (self._hidden_compiled(), unfound) if s) or None
-
-    def _hidden_compiled(self) -> str | None:
-        n = self._compiled.entered
-        if n and self.compiled_sites:
-            return (f"{n} compiled region{'s' if n != 1 else ''} ran: their sigmoid and softplus gates and softmax "
-                    "routers are counted from their inputs, with no zero-gradient share (their backward runs in "
-                    "generated code)")
-        if n:
-            return (f"{n} compiled region{'s' if n != 1 else ''} ran: no gate inside compiled code was counted "
-                    "(regions compiled before a GateMonitor existed carry no counters)")
-        return None
+        compiled = compiled_note(self._compiled.entered, bool(self.compiled_sites))
+        return "; ".join(s for s in (compiled, unfound) if s) or None
 
     def _zone(self, fn: str, dtype: str, device: str) -> GateZero:
         key = (fn, dtype, device)
@@ -385,7 +381,7 @@ class GateMonitor(SitedMode):
                 zero_grad_share=zero / backward if backward else None, mean_gate=mean, trend=self.trend(history),
                 zero_grad_cast_share=zero_cast / backward if backward and self._casts.get(site) else None,
                 stuck_open_from=zone.open_from, stuck_shut_from=zone.shut_from, min_input=low, max_input=high,
-                source=zone.source, per_step=tuple(history)))
+                source=zone.source, per_step=tuple(history), per_head=per_head(self._per_head.get(site), count)))
         return rows
 
     def report(self) -> Report:

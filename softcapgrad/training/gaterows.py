@@ -77,17 +77,19 @@ class GateRow:
     max_input: float
     source: str
     per_step: tuple  # per watched step: (count, closed, saturated, backward count, zero_grad, mean, zero_grad cast back)
+    per_head: tuple | None = None  # a per-head gate's (mean gate, closed share) per head (None: not per head)
 
 
 class Step:
     """One site's sums in one watched step (numbers: every count here is read on the CPU, or once per op)."""
 
-    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "zero_cast", "low", "high")
+    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "zero_cast", "low", "high", "heads")
 
     def __init__(self) -> None:
         self.count = self.closed = self.saturated = self.backward = self.zero = self.zero_cast = 0
         self.total = 0.0
         self.low, self.high = float("inf"), float("-inf")
+        self.heads: list | None = None  # a per-head gate's [closed per head, Σ y per head] (gateheads.py)
 
 
 def trend(history: list[tuple], window: int) -> str:
@@ -138,6 +140,18 @@ def _saturated(fn: str, y: torch.Tensor, low: float | None = None, high: float |
     return int(_stuck("sigmoid", y))  # σ and softmax: y·(1 − y) is 0 exactly where y is 0 or 1
 
 
+def compiled_note(n: int, counted: bool) -> str | None:
+    """What the rows leave out of ``n`` compiled regions; ``counted``: whether gates inside them were counted."""
+    if n and counted:
+        return (f"{n} compiled region{'s' if n != 1 else ''} ran: their sigmoid and softplus gates and softmax "
+                "routers are counted from their inputs, with no zero-gradient share (their backward runs in "
+                "generated code)")
+    if n:
+        return (f"{n} compiled region{'s' if n != 1 else ''} ran: no gate inside compiled code was counted "
+                "(regions compiled before a GateMonitor existed carry no counters)")
+    return None
+
+
 def _share(rows: list[dict], key: str) -> str:
     return f"{max(r[key] or 0.0 for r in rows):.3g}"
 
@@ -152,7 +166,7 @@ GATE_NOTES = (
     "not; zero grad cast: the same on the gradient cast back to the format of the layer that feeds the gate "
     "(what its weights see; — where no cast lies between); mean: the mean gate (float64 sum); all over the watched "
     "steps, per step in the JSON (per_step: count, closed, saturated, backward count, zero grad, mean, zero grad "
-    "cast back)",
+    "cast back); a gate per attention head has per_head in the JSON: each head's mean and closed share",
     f"trend: closing when, from the first window of watched steps to the last, the mean fell by {FALL:.0%} or more "
     f"or the closed share rose by {RISE:g} or more ({WINDOWS} windows at least; — before that); stuck open from: "
     "the input from which autograd's gradient is exactly 0 with the gate open (σ stored as 1.0; a softplus gate's "
@@ -181,6 +195,14 @@ def gate_sentences(rows: list[dict], hidden: str | None) -> tuple[str, ...]:
         out.append(f"Cast back to its layer's format, the gradient of {r['module']}'s {r['fn']} is exactly 0 in "
                    f"{r['zero_grad_cast_share']:.3g} of its elements ({r['zero_grad_share']:.3g} at the gate itself): "
                    "those are the zeros its weights see.")
+    headed = [r for r in rows if r.get("per_head") and r["closed_share"] > 0]
+    if headed:  # where a per-head site's closed elements are
+        r = max(headed, key=lambda r: r["closed_share"])
+        shares = [h[1] for h in r["per_head"]]
+        most = sorted((i for i in range(len(shares)) if shares[i] > 0), key=lambda i: -shares[i])[:3]
+        out.append(f"Per head, {r['module']}'s {r['fn']} is closed most in head{'s' if len(most) > 1 else ''} "
+                   f"{', '.join(map(str, most))} of {len(shares)} (closed share "
+                   f"{', '.join(f'{shares[i]:.3g}' for i in most)}).")
     if hidden:
         out.append(hidden[0].upper() + hidden[1:] + ".")
     return tuple(out)
