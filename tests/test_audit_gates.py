@@ -74,3 +74,10 @@ def test_qwen3_next_bf16_gates_read_back_and_nothing_past_the_first_zero(tmp_pat
     assert data["answer"][1] == "No gate input lay past the first zero of its format's gradient."
     code, _, _, err = cli("audit-model", str(tmp_path), "--gates", "--batch", "2")
     assert code == 2 and "--gates" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_tokenizer_json_that_does_not_load_is_one_line_and_exit_2(tmp_path, cli):
+    folder = _saved(tmp_path, laguna())
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": 3}')
+    code, _, out, err = cli("audit-model", str(folder), "--gates")
+    assert code == 2 and "cannot load the tokenizer" in err and len(err.strip().splitlines()) == 1, (out, err)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from softcapgrad.core.checks import InputError
 from softcapgrad.core.report import Report, Table
 
 TEXT = (
@@ -59,7 +60,10 @@ def text_ids(config, directory: Path | None):
     if path is not None and path.is_file():
         from tokenizers import Tokenizer
 
-        ids = Tokenizer.from_file(str(path)).encode(TEXT).ids
+        try:
+            ids = Tokenizer.from_file(str(path)).encode(TEXT).ids
+        except Exception as err:  # the tokenizers library raises its own exception type for a malformed file
+            raise InputError(f"{path}: cannot load the tokenizer: {str(err).splitlines()[0]}") from None
         return torch.tensor([ids], dtype=torch.long), f"the shipped text, tokenized by {path.name} ({len(ids)} tokens)"
     n = text_tokens(config)
     ids = [b % n for b in TEXT.encode("utf-8")]
