@@ -42,7 +42,8 @@ COMMANDS = (
     ("train-parity", "train", "train_parity", "Does training keep the caps: one step per route against float64."),
     ("parity-releases", "releases", "parity_releases", "transformers' default attention on Gemma 2, release by release."),
     ("page", "page", "page", "The results as one static page: a matrix per model type, opens from file://."),
-    ("engines", "engines", "engines_app", "Every engine environment of parity and train-parity: state, versions, size."),
+    ("engines", "engines", "engines_app",
+     "Every engine environment of parity and train-parity: state, versions, size."),
 )
 
 
