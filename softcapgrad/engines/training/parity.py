@@ -18,7 +18,7 @@ from pathlib import Path
 from softcapgrad.core import child
 from softcapgrad.engines.forward import catalog, runner
 from softcapgrad.engines.forward.parity import recorded
-from softcapgrad.engines.training import reference as tr, verdict as tv
+from softcapgrad.engines.training import folder, reference as tr, verdict as tv
 from softcapgrad.engines.training.routes import (  # noqa: F401
     ADAPTER, ADAPTERS, AXOLOTL_ROUTES, EASYDEL_ROUTES, ENGINES, FUSED_ROUTES, GEMMA_JAX_ROUTES, KERAS_ROUTES, LIBRARIES,
     LIBRARY_ROUTES, LIT_ROUTES, MLX_ROUTES, PENZAI_ROUTES, ROUTES, ROUTES_OF, TRAINER_ROUTES, TUNE_ROUTES,
@@ -40,6 +40,7 @@ class TrainParity:
     reference: object  # training.reference.TrainReference
     rows: list = field(default_factory=list)
     routes: list = field(default_factory=list)  # one per engine and route: how, versions, times, reason
+    inputs: str = ""  # a saved model's (train-parity DIR): where its token ids came from
 
 
 def _info(engine: str, route, state) -> dict:
@@ -92,14 +93,15 @@ def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], 
 
 
 def measure(src, label: str, engines: list[str], states: dict, seq_len: int, seed: int, timeout: float,
-            advance=None, jobs: int = 1) -> TrainParity:
-    """Every route of every engine on one model type; ``states`` maps an environment to its State (None: absent)."""
+            advance=None, jobs: int = 1, given: tuple | None = None) -> TrainParity:
+    """Every route of every engine on one model type; ``states`` maps an environment to its State (None: absent);
+    ``given``: a saved model and its token ids (train-parity DIR: engines/training/folder.py), trained as saved."""
     from concurrent.futures import ThreadPoolExecutor
 
     from softcapgrad.stacks import registry
 
     with child.scratch("softcapgrad-train-") as work:  # named by this pid: a killed run's is cleared later
-        reference, model = tr.prepare(src, seq_len, seed, work)
+        reference, model = tr.prepare(src, seq_len, seed, work) if given is None else folder.prepare(*given, work)
         design = row_folder(model, reference.ids, work)
         folders = ["capped", *sweep_folders(model, reference.ids, work), *([ROWS_FOLDER] if design else []),
                    *attention_folder(model, reference.ids, work)]

@@ -94,6 +94,7 @@ class TrainReference:
     scales: dict
     model: object = None  # the float64 model (train mode), for ``backprop``
     others: dict = None  # whole-model forms by name (HIDDEN, SWAPPED_HIDDEN, EXCHANGED) -> Step: the final cap elsewhere
+    reach: dict = None  # a saved model's (train-parity DIR, weights not scaled): cap -> its largest |a/c| on the ids
 
 
 def read_step(path: Path) -> Step:

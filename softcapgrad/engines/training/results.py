@@ -23,7 +23,9 @@ def as_dict(results: list, params: dict, provenance: dict | None = None) -> dict
     return _clean({
         "params": params,
         "models": [{"model": r.model, "caps": r.reference.caps, "tokens": int(r.reference.ids.size),
-                    "scales": r.reference.scales, "width": r.reference.width} for r in results],
+                    "scales": r.reference.scales, "width": r.reference.width,
+                    **({"reach": r.reference.reach, "inputs": r.inputs} if r.reference.reach is not None else {})}
+                   for r in results],
         "rows": [{**{k: row.get(k) for k in ROW_KEYS}, **({"cpu": cpu} if cpu else {})}
                  for r in results for row in r.rows],
         "routes": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.routes],
@@ -147,6 +149,8 @@ def answer(data: dict) -> tuple[str, ...]:
     ran = [r for r in rows if r["verdict"] not in (tv.NOT_RUN, tv.NO_ARCHITECTURE, tv.NOT_SET)]
     first = ("Routes that train without a cap or with another gradient: " + "; ".join(said) + "." if said else
              "No route ran, so no cap was judged." if not ran else
+             "No cap was judged applied or not: every row that ran is undecided (below)."
+             if all(r["verdict"] == tv.NOT_BOUND for r in ran) else
              "Every route that ran applied every cap it could be judged on, forward and backward.")
     scaled: dict = {}
     for r in rows:
@@ -154,9 +158,11 @@ def answer(data: dict) -> tuple[str, ...]:
             scaled.setdefault(f"{r['grad_scale']:.6g}", {})[f"{r['engine']} ({r['route']})"] = None
     first += (" Loss and every gradient scaled as a whole (a loss normalised by another count, not a cap's doing): "
               + "; ".join(f"{', '.join(who)} by {s}" for s, who in scaled.items()) + "." if scaled else "")
-    undecided = sorted({f"{r['engine']} ({r['route']}) {r['cap']}" for r in rows if r["verdict"] == tv.NOT_BOUND})
+    unbound = [r for r in rows if r["verdict"] == tv.NOT_BOUND and (r.get("hint") or "").startswith(tv.UNBOUND)]
+    undecided = sorted({f"{r['engine']} ({r['route']}) {r['cap']}" for r in rows
+                        if r["verdict"] == tv.NOT_BOUND and r not in unbound})
     zeros, attention = _zeros(rows), _zeros(rows, "attention")
-    second = ((f"Undecided in their precision (no reference within the tolerance or {tv.verdict.RATIO:g} times "
+    second = (saved(data.get("models", []), unbound) + (f"Undecided in their precision (no reference within the tolerance or {tv.verdict.RATIO:g} times "
                f"nearer): {', '.join(undecided)}. " if undecided else "")
               + (f"The final cap's gradient is first exactly 0 in {zeros}." if zeros else
                  "No route's final-cap gradient reached exactly 0 in the sweeps.")
@@ -173,6 +179,22 @@ def answer(data: dict) -> tuple[str, ...]:
     third = ("Could not run: " + "; ".join(f"{', '.join(who)}: {why}" for why, who in reasons.items()) + "."
              if reasons else "Every route listed ran.")
     return first, second, third
+
+
+def saved(models: list[dict], unbound: list[dict]) -> str:
+    """For each saved model (train-parity DIR): its inputs, each cap's largest |a/c| on them, the caps that do not
+    bind there; "" for parity's tiny models."""
+    said = ""
+    for m in models:
+        if "reach" not in m:
+            continue
+        reach = [f"{cap} {v:.3g}" for cap, v in m["reach"].items() if v is not None]
+        caps = sorted({r["cap"] for r in unbound if r["model"] == m["model"]})
+        said += (f"On {m['model']} (its weights as saved, not scaled), {m['inputs']}: each cap's largest |a/c| is "
+                 f"{', '.join(reach) or 'not measured'}. "
+                 + (f"The {' and '.join(caps)} cap{'s do' if len(caps) > 1 else ' does'} not bind there for some "
+                    "route's precision, so those rows are neither applied nor ignored. " if caps else ""))
+    return said
 
 
 def _exact(value) -> str:
@@ -197,8 +219,11 @@ def markdown(data: dict, said: tuple[str, ...]) -> str:
         lines += ["Measured on another CPU than the rest (train-parity.json names it per row): "
                   + ", ".join(f"{e} {r}" for e, r in other) + ".", ""]
     for m in data["models"]:
-        lines += [f"## {m['model']}", "", f"caps {m['caps']}; {m['tokens']} tokens; weights scaled so that each cap "
-                  f"binds ({', '.join(f'{k} ×{v:.4g}' for k, v in m['scales'].items())}).", "",
+        weights = (f"weights as saved, not scaled; inputs: {m['inputs']}; each cap's largest |a/c| on them: "
+                   f"{', '.join(f'{k} {v:.4g}' for k, v in m['reach'].items() if v is not None) or 'none'}"
+                   if "reach" in m else "weights scaled so that each cap binds "
+                   f"({', '.join(f'{k} ×{v:.4g}' for k, v in m['scales'].items())})")
+        lines += [f"## {m['model']}", "", f"caps {m['caps']}; {m['tokens']} tokens; {weights}.", "",
                   "| engine | route | precision | cap | verdict | form | forward | grad error | grad tol "
                   "| first zero | last alive | stack's | versions |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

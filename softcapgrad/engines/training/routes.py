@@ -92,9 +92,23 @@ def routes(engine: str) -> tuple:
 
 LIBRARIES = {"peft-trl": ("peft", "trl"), "torchtune": ("torchtune",), "litgpt": ("litgpt",),  # what trained, first
              "kerashub": ("keras-hub", "keras", "jax"), "mlx-lm": ("mlx-lm", "mlx"),
-             "fused-loss": ("cut-cross-entropy", "liger-kernel"), "gemma-jax": ("gemma", "jax"),
-             "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft"), "easydel": ("easydel", "jax"),
+             "fused-loss": ("cut-cross-entropy", "liger-kernel"), "gemma-jax": ("gemma",),
+             "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft"), "easydel": ("easydel",),
              "penzai": ("penzai", "jax")}
+
+
+NEEDS = {  # the distributions --python's interpreter must hold for the engine's adapter (names as pip lists them)
+    **{e: ("numpy", "torch", "transformers") for e in ("transformers", "transformers-4", "transformers-5.0")},
+    "peft-trl": ("numpy", "torch", "transformers", "peft", "trl", "datasets"), "torchtune": ("torch", "torchtune"),
+    "litgpt": ("torch", "litgpt"), "kerashub": ("keras-hub", "keras", "jax"), "mlx-lm": ("mlx", "mlx-lm"),
+    "fused-loss": ("torch", "transformers", "cut-cross-entropy", "liger-kernel"), "gemma-jax": ("gemma",),
+    "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft"), "easydel": ("easydel",),
+    "penzai": ("penzai",)}
+ABSENT = {  # model types an engine's routes have no model for, each measured as "no such architecture" on every
+    # route (results/train-parity.json): train-parity DIR refuses a folder of one of them when no engine asked has it
+    "transformers-4": ("nanochat",), "torchtune": ("gemma3_text", "nanochat"), "litgpt": ("nanochat",),
+    "kerashub": ("nanochat",), "gemma-jax": ("nanochat",), "easydel": ("nanochat",),
+    "penzai": ("gemma3_text", "nanochat")}
 
 
 def _short(versions: dict, engine: str) -> str:

@@ -244,7 +244,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     shared = {"forward_cell": f_cell, "loss_cell": l_cell, "forward_error": forward.get(f_cell),
               "forward_tolerance": tol["forward"], "grad_tolerance": tol["grad"], "grad_error": grads.get(shown),
               "grad_where": where.get(shown), "grad_scale": scale}
-    rows = []
+    rows, unbound = [], unbinding(reference, tol)
     for cap in ("attention", "final"):
         c = caps[cap]
         if c is None:
@@ -257,8 +257,35 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
             continue
         judged = {"f_cell": f_cell, "f_how": f_how, "f_best": min(forward.values()), "l_cell": l_cell, "g_cell": g_cell, "g_how": g_how + said,
                   "lower": _lower(cap, grads, low.get(cap), tol["grad"])}
-        rows.append(_cap_row(cap, c, judged, local if cap == "final" else None, extra))
+        row = _cap_row(cap, c, judged, local if cap == "final" else None, extra)
+        if cap in unbound and row["verdict"] in (APPLIED, IGNORED, OTHER, NOT_BOUND):  # a saved model's cap that changes
+            row = _row(cap, c, NOT_BOUND, unbound[cap], **extra)  # nothing this precision sees: neither holds
+        rows.append(row)
     return rows
+
+
+UNBOUND = "the cap does not bind on these inputs"
+
+
+def unbinding(reference, tol: dict) -> dict:
+    """Each cap of a saved model (weights not scaled so that it binds) whose switching off moves neither the
+    reference's log-probs nor its gradients beyond the tolerance: cap -> why no step can be said to apply or ignore
+    it. Parity's tiny models are scaled until every cap binds: none there."""
+    if reference.reach is None:
+        return {}
+    out = {}
+    for cap in ("attention", "final"):
+        off = reference.steps.get(f"{cap} off")
+        if reference.caps[cap] is None or not reference.applied[cap] or off is None:
+            continue
+        on = reference.steps["capped"]
+        f, g = logit_error(off, on), grad_error(off.grads, on.grads)[0]
+        if f <= tol["forward"] and g <= tol["grad"]:
+            r = reference.reach.get(cap)
+            out[cap] = (f"{UNBOUND} (largest |a/c| {'unknown' if r is None else f'{r:.3g}'}): switched off in the "
+                        f"float64 reference it moves the log-probs by {f:.3g} (tolerance {tol['forward']:.3g}) and "
+                        f"the gradients by {g:.3g} ({tol['grad']:.3g}), so applied and ignored look the same")
+    return out
 
 
 def _lower(cap: str, grads: dict, low: float | None, tol: float) -> str | None:
