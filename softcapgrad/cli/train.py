@@ -1,4 +1,5 @@
-"""train-parity: one training step per route on parity's tiny models, a verdict per cap and each route's first zero."""
+"""train-parity: one training step per route on parity's tiny models or a saved model's folder (DIR), a verdict per
+cap and each route's first zero; --python runs one engine's routes with the user's interpreter."""
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -79,6 +80,9 @@ def train_report(results, params: dict, answer: tuple, written: tuple = ()) -> R
 
 
 def train_parity(
+    directory: Annotated[Optional[Path], typer.Argument(
+        parser=path_given, metavar="[directory]", help="A saved model's folder (config.json, safetensors weights; "
+                                                       "never downloaded, no remote code), trained as saved.")] = None,
     model_type: Annotated[Optional[list[str]], typer.Option(
         "--model-type", help="A capped model type parity builds (repeatable; default gemma2, gemma3_text, "
                               "nanochat).")] = None,
@@ -88,8 +92,16 @@ def train_parity(
                          "default all). Environments are used as built unless --install.")] = None,
     install: Annotated[bool, typer.Option("--install", help="Build the chosen engines' missing environments "
                                                             "first.")] = False,
-    seq_len: Annotated[int, typer.Option("--seq-len", callback=Bound(2, 512, "the tiny models' positions"),
-                                         help="Tokens of the random batch (2 to 512).")] = 16,
+    seq_len: Annotated[Optional[int], typer.Option(
+        "--seq-len", callback=Bound(2, 512, "the tiny models' positions"),
+        help="Tokens of the batch (2 to 512; default 16, and with DIR's tokenizer the whole text up to 512).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", parser=path_given, metavar="<path>", help="With DIR: a UTF-8 text file, one prompt per line, "
+                                                                "tokenized by DIR's tokenizer.json in place of the "
+                                                                "shipped text.")] = None,
+    python: Annotated[Optional[Path], typer.Option(
+        "--python", parser=path_given, metavar="<path>", help="An interpreter of your own (your training stack, an "
+                                                               "older release) to run the one --engine with.")] = None,
     seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the weights and token ids (0 to "
                                                                     "2^63 − 1; default 0).")] = None,
     timeout: Annotated[float, typer.Option(callback=Bound(1.0, 3600.0, "seconds each training route may take"),
@@ -105,12 +117,17 @@ def train_parity(
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
-    """Does training keep the caps: one training step per route, its loss and gradients against float64
-    references, a verdict per cap, and where the route's final-cap gradient is first exactly 0."""
+    """Does training keep the caps: one training step per route on parity's tiny models or a saved model's folder
+    (DIR), its loss and gradients against float64 references, a verdict per cap, and where the route's final-cap
+    gradient is first exactly 0."""
 
     def build() -> Report:
         import importlib.util
 
+        if python is not None:  # every path is read before anything else; the probe runs once the engine is known
+            from softcapgrad.engines.forward import interpreter
+
+            interpreter.runnable(python)
         if importlib.util.find_spec("transformers") is None:
             raise InputError("train-parity needs transformers: pip install 'softcapgrad[hf]'")
         import json
@@ -119,12 +136,19 @@ def train_parity(
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
         from softcapgrad.engines.environments.environments import FORMER
         from softcapgrad.engines.forward import modeltypes, reference, runner
-        from softcapgrad.engines.training import parity as run, results as train_results
+        from softcapgrad.engines.training import folder, parity as run, results as train_results
         from softcapgrad.models import audit
 
         names = pick("--engine", engine, tuple(run.ENGINES), former=FORMER)
-        types = pick("--model-type", model_type, reference.SUPPORTED, DEFAULT_TYPES)
-        n, s = seq_len, seed_in_range(seed)
+        explicit = bool(engine) and not any(e.strip().lower() == "all" for e in engine)
+        if directory is not None and model_type:
+            raise InputError("--model-type does not go with a model directory: DIR's config.json names its type")
+        if directory is None and prompts is not None:
+            raise InputError("--prompts needs a model directory DIR whose tokenizer.json reads them")
+        lines = folder.prompts(prompts) if prompts is not None else None
+        types = [str(directory)] if directory is not None else pick("--model-type", model_type, reference.SUPPORTED,
+                                                                     DEFAULT_TYPES)
+        s = seed_in_range(seed)
         if out is not None:
             writable_folder(out, "--out")
             check_targets([out / name for name in FILES], "--out")
@@ -132,11 +156,23 @@ def train_parity(
                 keep_fuller(out / FILES[0], {"engines": names, "model_types": types},
                             "a partial run does not replace them (--update replaces only what it measures, or give "
                             "another --out)")
-        earlier = _earlier(out, n, s) if update else None
-        sources = [(t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t))) for t in types]
+        if directory is not None:
+            sources = [(str(directory), audit.source(directory, None, []))]
+            folder.has_type(names, sources[0][1].config.model_type)
+        else:
+            sources = [(t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t))) for t in types]
         for _, src in sources:
             reference.check(src.config)
-        states = _states(names, install)
+        facts, states = (folder.given_python(python, names, explicit, install) if python is not None
+                         else (None, None))
+        n, given, said = seq_len or folder.STAND_IN, None, ""
+        if directory is not None:  # the model and its inputs, before any route runs
+            ids, said = folder.inputs(directory, src.config, lines, seq_len, s)
+            n, given = int(ids.size), (folder.load(src), ids)
+        earlier = _earlier(out, n, s) if update else None
+        states = states or _states(names, install)
+        import dataclasses
+
         import torch
 
         threads = torch.get_num_threads()
@@ -146,13 +182,16 @@ def train_parity(
             with runner.terminations(), progress.task("train-parity: routes",
                                                       sum(len(run.routes(n)) for n in names) * len(sources)) as advance:
                 for label, src in sources:
-                    results.append(run.measure(src, label, names, states, n, s, timeout, advance, jobs))
+                    results.append(dataclasses.replace(run.measure(src, label, names, states, n, s, timeout, advance,
+                                                                   jobs, given), inputs=said))
         finally:
             torch.set_num_threads(threads)
-        params = {"model_types": types, "engines": names, "seq_len": n, "seed": s, "timeout": timeout}
+        folder.note_interpreter(results, facts)
+        params = {"model_types": types, "engines": names, "seq_len": n, "seed": s, "timeout": timeout,
+                  **({"prompts": str(prompts)} if prompts else {}), **({"python": facts["path"]} if facts else {})}
         from softcapgrad.cli.parity_runs import provenance
 
-        data = train_results.as_dict(results, params, provenance(states, None))
+        data = train_results.as_dict(results, params, provenance(states, facts))
         if earlier is not None:
             data = train_results.merge(earlier, data, list(run.ENGINES))
             data["params"] = {**earlier["params"], "updated": earlier["params"].get("updated", []) + [params]}
