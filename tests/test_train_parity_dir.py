@@ -168,6 +168,25 @@ def test_bad_prompts_files_are_one_line(cli, folders, tmp_path, no_route):
     assert "--prompts needs a model directory" in _refused(cli, "--prompts", str(tmp_path / "ok.txt"))
 
 
+def test_the_inputs_are_the_texts_first_tokens_and_a_foreign_tokenizer_is_refused(folders):
+    """--seq-len keeps the first tokens of the tokenized text and says how many there were; a tokenizer whose ids
+    pass the model's vocabulary is not this model's."""
+    from tokenizers import Tokenizer
+
+    from softcapgrad.engines.training import folder
+    from softcapgrad.models.gate_audit import TEXT
+
+    src = audit.source(folders / "loose", None, [])
+    every = Tokenizer.from_file(str(folders / "loose" / "tokenizer.json")).encode(TEXT).ids
+    ids, said = folder.inputs(folders / "loose", src.config, None, 5, 0)
+    assert ids.tolist() == every[:5] and said.endswith(f"({len(every)} tokens, the first 5 kept)"), said
+    ids, said = folder.inputs(folders / "loose", src.config, None, None, 0)
+    assert ids.tolist() == every[:folder.MAX_TOKENS] and "kept" not in said
+    config = type(src.config).from_dict({**src.config.to_dict(), "vocab_size": 64})
+    with pytest.raises(folder.InputError, match="beyond the model's vocabulary of 64"):
+        folder.inputs(folders / "loose", config, None, None, 0)
+
+
 def test_bad_python_paths_are_one_line_before_anything_else(cli, folders, tmp_path, monkeypatch):
     def first(*args, **kwargs):
         pytest.fail("the run went past its paths")
@@ -188,6 +207,7 @@ def test_bad_python_paths_are_one_line_before_anything_else(cli, folders, tmp_pa
         assert said in _refused(cli, str(folders / "bound"), *args)
 
 
+@pytest.mark.slow
 @pytest.mark.engine_environments("train-peft")
 def test_python_runs_the_engine_with_the_interpreter_given_and_records_it(cli, folders, monkeypatch, tmp_path,
                                                                           engine_environment):
