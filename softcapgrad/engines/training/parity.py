@@ -18,7 +18,7 @@ from pathlib import Path
 from softcapgrad.core import child
 from softcapgrad.engines.forward import catalog, runner
 from softcapgrad.engines.forward.parity import recorded
-from softcapgrad.engines.training import folder, reference as tr, verdict as tv
+from softcapgrad.engines.training import folder, reference as tr, verdict as tv, watch
 from softcapgrad.engines.training.routes import (  # noqa: F401
     ADAPTER, ADAPTERS, AXOLOTL_ROUTES, EASYDEL_ROUTES, ENGINES, FUSED_ROUTES, GEMMA_JAX_ROUTES, KERAS_ROUTES, LIBRARIES,
     LIBRARY_ROUTES, LIT_ROUTES, MLX_ROUTES, PENZAI_ROUTES, ROUTES, ROUTES_OF, TRAINER_ROUTES, TUNE_ROUTES,
@@ -89,7 +89,7 @@ def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], 
         return tv.could_not_run(reference, info["reason"]), {}, info
     unit = catalog.LOW.get(info["precision"], tv.verdict.FP32)
     with _JUDGING:  # judging runs the float64 reference model (backprop, patched caps): one route at a time
-        return tv.judge(steps["capped"], reference, unit), steps, info
+        return watch.rule(tv.judge(steps["capped"], reference, unit), steps), steps, info
 
 
 def measure(src, label: str, engines: list[str], states: dict, seq_len: int, seed: int, timeout: float,
