@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from softcapgrad.engines.training import verdict as tv
+from softcapgrad.engines.training.routes import DEFAULTS
 from softcapgrad.engines.forward.parity import _clean, _fmt
 
 SHORT_REASON = 140  # characters of a reason the answer quotes whole
@@ -159,11 +160,15 @@ def answer(data: dict) -> tuple[str, ...]:
     first += (" Loss and every gradient scaled as a whole (a loss normalised by another count, not a cap's doing): "
               + "; ".join(f"{', '.join(who)} by {s}" for s, who in scaled.items()) + "." if scaled else "")
     unbound = [r for r in rows if r["verdict"] == tv.NOT_BOUND and (r.get("hint") or "").startswith(tv.UNBOUND)]
-    undecided = sorted({f"{r['engine']} ({r['route']}) {r['cap']}" for r in rows
-                        if r["verdict"] == tv.NOT_BOUND and r not in unbound})
+    open_ = [r for r in rows if r["verdict"] == tv.NOT_BOUND and r not in unbound]
+    gaps = sorted({f"{r['engine']} ({r['route']}) {r['cap']} on {r['model']}" for r in open_ if default(r)})
+    undecided = sorted({f"{r['engine']} ({r['route']}) {r['cap']}" for r in open_ if not default(r)})
     zeros, attention = _zeros(rows), _zeros(rows, "attention")
-    second = (saved(data.get("models", []), unbound) + (f"Undecided in their precision (no reference within the tolerance or {tv.verdict.RATIO:g} times "
-               f"nearer): {', '.join(undecided)}. " if undecided else "")
+    second = (saved(data.get("models", []), unbound)
+              + (f"Undecided on routes users run by default, a gap in the answer and not a verdict: {', '.join(gaps)}. "
+                 if gaps else "")
+              + (f"Undecided in their precision (no reference within the tolerance or {tv.verdict.RATIO:g} times "
+                 f"nearer){' on other routes' if gaps else ''}: {', '.join(undecided)}. " if undecided else "")
               + (f"The final cap's gradient is first exactly 0 in {zeros}." if zeros else
                  "No route's final-cap gradient reached exactly 0 in the sweeps.")
               + (f" The attention cap's gradient is first exactly 0 in {attention}." if attention else ""))
@@ -179,6 +184,11 @@ def answer(data: dict) -> tuple[str, ...]:
     third = ("Could not run: " + "; ".join(f"{', '.join(who)}: {why}" for why, who in reasons.items()) + "."
              if reasons else "Every route listed ran.")
     return first, second, third
+
+
+def default(row: dict) -> bool:
+    """Whether the row's route is one users run by default (routes.DEFAULTS)."""
+    return row["route"] in DEFAULTS.get(row["engine"], ())
 
 
 def saved(models: list[dict], unbound: list[dict]) -> str:

@@ -84,6 +84,13 @@ ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "axolotl": AXOLOTL_ROUTES, "peft-trl": L
              "gemma-jax": GEMMA_JAX_ROUTES, "easydel": EASYDEL_ROUTES,
              "penzai": PENZAI_ROUTES}
 ROUTES = TRAINER_ROUTES + LIBRARY_ROUTES  # every route of adapter_train_transformers
+DEFAULTS = {  # the routes a user runs without changing a setting, and the mixed-precision switch each library
+    # documents (Trainer's bf16=True, Keras' mixed_bfloat16): a row of one left undecided is a gap in the answer
+    **{e: ("default", "default-bf16", "loop-default") for e in ("transformers", "transformers-4", "transformers-5.0")},
+    "peft-trl": ("lora", "sft"), "torchtune": ("default",), "litgpt": ("default",),
+    "kerashub": ("jax", "jax-mixed-bf16", "torch", "torch-mixed-bf16"), "mlx-lm": ("full", "lora"),
+    "fused-loss": ("cce-default", "liger"), "gemma-jax": ("default",), "unsloth": ("lora", "full"),
+    "axolotl": ("default",), "easydel": ("default",), "penzai": ("default",)}
 
 
 def routes(engine: str) -> tuple:
