@@ -119,6 +119,14 @@ def test_a_bf16_backward_under_an_fp32_forward_is_named(bound, cap):
     assert rows["final" if cap == "attention" else "attention"]["verdict"] == tv.APPLIED
 
 
+@pytest.mark.parametrize("cap", ["attention", "final"])
+def test_a_bf16_routes_own_rounding_of_a_caps_backward_is_no_other_gradient(bound, cap):
+    """Judged as a bf16 route, the cap's exact backward rounded to bf16 is the route's own format: applied."""
+    step = _with_attention(bound, _bf16_backward) if cap == "attention" else _with_final(bound, _bf16_backward)
+    rows = {r["cap"]: r for r in tv.judge(step, bound[2], tv.BF16)}
+    assert rows[cap]["verdict"] == tv.APPLIED, rows[cap]
+
+
 def test_a_final_cap_in_the_loss_but_not_in_the_returned_logits_is_named(bound):
     model = copy.deepcopy(bound[0])
     c = model.config.final_logit_softcapping

@@ -8,7 +8,7 @@ both caps, each off, none; the caps' values swapped):
 - backward: every parameter's gradient, the largest |Δ| over all of them relative to the reference's
   largest gradient component; candidates are the reference of the forward's cell and the caps
   computed forward exactly with another backward (straight-through, detached, the gradient of
-  a·tanh(a/c), the backward rounded to bf16);
+  a·tanh(a/c), the backward rounded to bf16, no other gradient for a route in bf16 or coarser);
 - at the final cap, where the route exposes its input a and the gradients at a and at the returned
   logits z: z against c·tanh(a/c) of its own a, and dL/da against dL/dz·sech²(a/c), the cap's own
   arithmetic, to the route's precision at the scale of c (and of dL/dz).
@@ -239,6 +239,8 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
             if (cap, FORM_NAMES[3]) in candidates:  # what one bf16 rounding of this cap's backward does here
                 grads[("low", cap)] = grad_error(candidates[(cap, FORM_NAMES[3])], candidates["exact"])[0]
     low = {k[1]: grads.pop(k) for k in list(grads) if k[0] == "low"}
+    if unit >= BF16:  # one bf16 rounding of a cap's exact backward is the route's own format, no other gradient
+        grads = {k: v for k, v in grads.items() if not (isinstance(k, tuple) and k[1] == FORM_NAMES[3])}
     g_cell, g_how = nearest(grads, tol["grad"]) if grads else (None, "")
     shown = g_cell if g_cell is not None else "exact"
     shared = {"forward_cell": f_cell, "loss_cell": l_cell, "forward_error": forward.get(f_cell),
