@@ -18,7 +18,7 @@ from pathlib import Path
 from softcapgrad.core import child
 from softcapgrad.engines.forward import catalog, runner
 from softcapgrad.engines.forward.parity import recorded
-from softcapgrad.engines.training import folder, reference as tr, verdict as tv, watch
+from softcapgrad.engines.training import folder, reference as tr, signature, verdict as tv, watch
 from softcapgrad.engines.training.routes import (  # noqa: F401
     ADAPTER, ADAPTERS, AXOLOTL_ROUTES, EASYDEL_ROUTES, ENGINES, FUSED_ROUTES, GEMMA_JAX_ROUTES, KERAS_ROUTES, LIBRARIES,
     LIBRARY_ROUTES, LIT_ROUTES, MLX_ROUTES, PENZAI_ROUTES, ROUTES, ROUTES_OF, TRAINER_ROUTES, TUNE_ROUTES,
@@ -145,6 +145,7 @@ def measure(src, label: str, engines: list[str], states: dict, seq_len: int, see
                                     stack_agreement(zero, scores, reference.caps["final"], path)))
             elif row["cap"] == "attention" and steps and reference.caps["attention"] is not None:
                 _attention_zero(row, list(steps.values()), reference.caps["attention"], info["precision"])
+            row.update(signature.decided(row))  # an undecided row's own zeros: the exact backward's or not
         result.rows.extend(rows)
         result.routes.append({**info, "model": label})
     return result
