@@ -169,6 +169,15 @@ def test_a_dropped_attention_cap_is_ignored_and_the_final_one_still_judged(bound
     assert rows["final"]["verdict"] == tv.APPLIED
 
 
+def test_a_step_judged_without_the_attention_cap_is_never_placed_in_a_model_with_it(bound):
+    """The unchanged model's step, judged with the references that apply the attention cap left out (as the watch
+    leaves them out where it saw no call): its forward is placed in none of them."""
+    step = _trained(bound, copy.deepcopy(bound[0]))
+    rows = {r["cap"]: r for r in tv.judge(step, bound[2], without=frozenset({"attention"}))}
+    assert rows["attention"]["forward_cell"] is None or "attention" not in tv.ON[rows["attention"]["forward_cell"]]
+    assert rows["attention"]["verdict"] != tv.APPLIED
+
+
 def test_a_non_finite_step_is_not_finite(bound):
     step = _trained(bound, copy.deepcopy(bound[0]))
     name = next(iter(step.grads))

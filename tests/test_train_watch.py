@@ -66,3 +66,20 @@ def test_a_default_route_left_undecided_is_named_a_gap_not_a_verdict():
     assert "unsloth" not in second  # decided by the watch: no gap
     decided = results.answer({"rows": rows[1:], "models": []})[1]
     assert "gap" not in decided and "nearer): peft-trl (sft-eager) attention." in decided
+
+
+def test_a_step_seen_without_the_attention_cap_is_placed_among_the_references_without_it(monkeypatch):
+    calls = []
+
+    def judge(step, reference, unit, once=0.0, without=frozenset()):
+        calls.append(without)
+        return _rows("attention off" if without else None)  # placed only among the references without the cap
+
+    monkeypatch.setattr(tv, "judge", judge)
+    rows = watch.judged(None, None, tv.BF16, {"capped": _step(NONE)})
+    assert calls == [frozenset(), frozenset({"attention"})]
+    final = next(r for r in rows if r["cap"] == "final")
+    assert "placed among the references without the attention cap" in final["hint"]
+    assert next(r for r in rows if r["cap"] == "attention")["verdict"] == tv.IGNORED
+    calls.clear()
+    assert watch.judged(None, None, tv.BF16, {"capped": _step(CALL)}) == _rows() and calls == [frozenset()]

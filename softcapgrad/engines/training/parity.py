@@ -89,7 +89,7 @@ def _route(engine: str, route, state, reference, tmp: Path, folders: list[str], 
         return tv.could_not_run(reference, info["reason"]), {}, info
     unit = catalog.LOW.get(info["precision"], tv.verdict.FP32)
     with _JUDGING:  # judging runs the float64 reference model (backprop, patched caps): one route at a time
-        return watch.rule(tv.judge(steps["capped"], reference, unit), steps), steps, info
+        return watch.judged(steps["capped"], reference, unit, steps), steps, info
 
 
 def measure(src, label: str, engines: list[str], states: dict, seq_len: int, seed: int, timeout: float,

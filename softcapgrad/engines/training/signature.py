@@ -1,4 +1,4 @@
-"""The backward's own signature: where a precision cannot tell a cap's gradient from the wrong ones, its exact zeros can.
+"""The backward's own signature: where a precision cannot tell a cap's gradient from the wrong ones, its zeros can.
 
 A bf16 step's gradients miss the float64 reference's by more than the wrong backwards of
 engines/training/reference.py differ from the exact one on parity's tiny models (their weights scaled

@@ -197,8 +197,10 @@ def placeable(others: dict, unit: float) -> dict:
     return {k: v for k, v in others.items() if not (unit >= BF16 and k.removesuffix(OFF) in ROUNDED)}
 
 
-def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> list[dict]:
-    """Both caps' rows for one route's step."""
+def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0,
+          without: frozenset = frozenset()) -> list[dict]:
+    """Both caps' rows for one route's step; ``without``: caps the route is seen not to compute (the references
+    with them on left out: engines/training/watch.py)."""
     caps = reference.caps
     if not all(_finite(x) for x in (step.logits, step.token_log_probs, np.asarray(step.loss), *step.grads.values())):
         return [_row(cap, caps[cap], NOT_FINITE if caps[cap] is not None else NOT_SET,
@@ -208,6 +210,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0) -> lis
     if reference.swapped is not None:
         refs[SWAPPED] = reference.swapped
     refs.update(placeable(reference.others or {}, unit))
+    refs = {k: v for k, v in refs.items() if not ON.get(k, set()) & without}
     forward = {k: logit_error(step, s, reference.ids) for k, s in refs.items()}
     loss = {k: abs(step.loss - s.loss) for k, s in refs.items()}
     f_cell, f_how = nearest(forward, tol["forward"])

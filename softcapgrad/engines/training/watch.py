@@ -30,6 +30,22 @@ def no_call(steps: dict) -> str | None:
     return NO_CALL.format(runs=len(watched))
 
 
+def judged(step, reference, unit: float, steps: dict) -> list[dict]:
+    """verdict.judge's rows for the capped step; where the watch saw no attention-cap call and the forward matches
+    no reference with that cap on, judged again among the references without it (the capped model and its
+    variants left out: the step is seen not to compute them), the attention row then ``rule``'s."""
+    rows = tv.judge(step, reference, unit)
+    cell = rows[0].get("forward_cell") if rows else None
+    if no_call(steps) is None or (cell is not None and "attention" in tv.ON.get(cell, {"attention"})):
+        return rows
+    again = tv.judge(step, reference, unit, without=frozenset({"attention"}))
+    for row in again:
+        if row["cap"] != "attention" and row["verdict"] not in (tv.NOT_SET, tv.NOT_FINITE):
+            row["hint"] = (f"{row.get('hint') or ''}; placed among the references without the attention cap, the "
+                           "watch having seen the step make no attention-cap call").lstrip("; ")
+    return rule(again, steps)
+
+
 def rule(rows: list[dict], steps: dict) -> list[dict]:
     """``rows`` (verdict.judge's) with the attention row made ``ignored`` where the watch saw no attention-cap
     call, the row was undecided, and its forward matches no reference with the attention cap on."""
