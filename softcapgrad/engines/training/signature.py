@@ -12,10 +12,10 @@ rows of engines/training/zeros.py) separates them without a tolerance, by where 
 - the exact backward, dL/dz·sech²(a/c), is exactly 0 past the format's first zero and alive below it.
 
 So a row whose forward applies the cap, whose dL/da is alive at a positive a and exactly 0 at a larger
-one with dL/dz alive, and whose bracket (last alive, first zero] holds the first zero of the exact
-backward in the route's format (engines/training/zeros.py's stack agreement) applied the cap forward
-and backward. The gradient of the rest of the model is not what this reads: the row keeps the
-comparison's words beside it.
+one (where dL/dz is alive: zeros.py leaves a masked score or position out), and whose bracket (last
+alive, first zero] holds the first zero of the exact backward in the route's format (the stack
+agreement of engines/training/zeros.py) applied the cap forward and backward. The gradient of the rest
+of the model is not what this reads: the row keeps the comparison's words beside it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from __future__ import annotations
 from softcapgrad.engines.training import verdict as tv
 
 WORDS = ("the gradients' comparison cannot decide in this precision, the backward's signature does: dL/da is "
-         "alive at a = {alive:.6g} and exactly 0 from a = {dead:.6g} with dL/dz alive, a bracket holding {stack}'s "
-         "first zero {first:.6g} (a straight-through cap and the gradient of a·tanh(a/c) are never 0 there, a "
-         "detached cap's is 0 at every a)")
+         "alive at a = {alive:.6g} and exactly 0 from a = {dead:.6g}, a bracket holding {stack}'s first zero "
+         "{first:.6g} (a straight-through cap and the gradient of a·tanh(a/c) are never 0 there, a detached cap's "
+         "is 0 at every a)")
 
 
 def decided(row: dict) -> dict:
