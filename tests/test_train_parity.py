@@ -176,6 +176,8 @@ def test_a_step_judged_without_the_attention_cap_is_never_placed_in_a_model_with
     rows = {r["cap"]: r for r in tv.judge(step, bound[2], without=frozenset({"attention"}))}
     assert rows["attention"]["forward_cell"] is None or "attention" not in tv.ON[rows["attention"]["forward_cell"]]
     assert rows["attention"]["verdict"] != tv.APPLIED
+    swapped = tr.Step(step.loss, bound[2].swapped.logits, step.grads)  # a model with both caps, their values swapped
+    assert {r["forward_cell"] for r in tv.judge(swapped, bound[2], without=frozenset({"attention"}))} != {tr.SWAPPED}
 
 
 def test_a_non_finite_step_is_not_finite(bound):

@@ -210,7 +210,7 @@ def judge(step, reference, unit: float = verdict.FP32, once: float = 0.0,
     if reference.swapped is not None:
         refs[SWAPPED] = reference.swapped
     refs.update(placeable(reference.others or {}, unit))
-    refs = {k: v for k, v in refs.items() if not ON.get(k, set()) & without}
+    refs = {k: v for k, v in refs.items() if not ON.get(k, {"attention", "final"}) & without}  # the rest: both on
     forward = {k: logit_error(step, s, reference.ids) for k, s in refs.items()}
     loss = {k: abs(step.loss - s.loss) for k, s in refs.items()}
     f_cell, f_how = nearest(forward, tol["forward"])
