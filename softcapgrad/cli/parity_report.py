@@ -71,7 +71,8 @@ def _inputs(m: dict) -> str:
     if given.get("bound"):
         scaled = ", ".join(f"{k} ×{v:.3g}" for k, v in (m.get("scales") or {}).items())
         return f"{m['model']} on {given['how']}: rescaled {scaled or 'nothing'}; largest |a/c| {reach}"
-    past = ", ".join(f"{cap} {c['past']:,} of {c['of']:,}" for cap, c in given.get("caps", {}).items() if "of" in c)
+    past = ", ".join(f"{cap} {c['past']:,} of {c['of']:,} {'logits' if cap == 'final' else 'scores'}"
+                     for cap, c in given.get("caps", {}).items() if "of" in c)
     return (f"{m['model']} as saved, on {given['how']}; largest |a/c| {reach}"
             + (f"; at or past fp32's first zero of tanh's gradient (|a/c| ≥ {given['first_zero']:.3g}): {past}"
                if past else ""))
