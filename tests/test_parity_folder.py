@@ -205,6 +205,17 @@ def test_a_tokenizer_json_that_does_not_load(cli, tmp_path, no_engine):
     assert "cannot load the tokenizer" in _refused(cli, str(model), "--engine", "transformers")
 
 
+def test_a_tokenizer_of_another_vocabulary(cli, tmp_path, no_engine):
+    from tokenizers import Tokenizer
+
+    model = _folder(tmp_path / "m")
+    tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
+    tokenizer.add_tokens(["<beyond>"])  # id 256, past the model's vocabulary of 256
+    tokenizer.save(str(model / "tokenizer.json"))
+    line = _refused(cli, str(model), "--engine", "transformers", "--prompt", "a <beyond> b")
+    assert "gives token id 256, beyond the model's vocabulary of 256" in line
+
+
 def test_a_folder_larger_than_memory(cli, tmp_path, no_engine, monkeypatch):
     from softcapgrad.models import sizes
 
