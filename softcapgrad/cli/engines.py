@@ -68,8 +68,19 @@ def parity(
     engine: Annotated[Optional[list[str]], typer.Option(
         "--engine", help="An engine (softcapgrad engines lists them), or all (repeatable; default all).")] = None,
     install: Annotated[bool, typer.Option("--install", help="Install the engines' environments first.")] = False,
-    seq_len: Annotated[int, typer.Option("--seq-len", callback=Bound(2, 512, "the tiny models' positions"),
-                                         help="Tokens of the random input (2 to 512).")] = 16,
+    seq_len: Annotated[Optional[int], typer.Option(
+        "--seq-len", callback=Bound(2, 512, "the tiny models' positions"),
+        help="Tokens of the random input (2 to 512; default 16); with DIR, the most of the prompts' tokens kept "
+             "(default all, up to 512).")] = None,
+    bind: Annotated[bool, typer.Option(
+        "--bind", help="With DIR: random token ids and the weights rescaled so that each cap binds (|a/c| 4), as "
+                       "for the built models, instead of the folder as saved.")] = False,
+    prompt: Annotated[Optional[list[str]], typer.Option(
+        "--prompt", help="With DIR: a prompt, tokenized by the folder's tokenizer.json (repeatable; default: the "
+                         "prompts shipped with softcapgrad).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", parser=path_given, metavar="<path>", help="With DIR: a UTF-8 text file of prompts, one a "
+                                                                "line.")] = None,
     seed: Annotated[Optional[int], typer.Option(callback=SEED, help="Seed of the weights and token ids (0 to 2^63 − 1; "
                                                                     "default 0).")] = None,
     timeout: Annotated[float, typer.Option(callback=Bound(1.0, 3600.0, "seconds each engine route may take"),
@@ -114,14 +125,16 @@ def parity(
         from softcapgrad.core import progress
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
         from softcapgrad.engines.environments.environments import FORMER
-        from softcapgrad.engines.forward import catalog, modeltypes, parity as run, parity_run, reference, runner
+        from softcapgrad.engines.forward import catalog, folder, modeltypes, parity as run, parity_run, reference
+        from softcapgrad.engines.forward import runner
         from softcapgrad.cli import parity_runs as extra
         from softcapgrad.engines.repro import report as repro_report
         from softcapgrad.models import audit
 
         if server is not None or server_model is not None:
             not_with({"--jobs": None if jobs == 1 else jobs, "--update": update or None, "--repro": repro,
-                      "--python": python}, "with --server")
+                      "--python": python, "--bind": bind or None, "--prompt": prompt, "--prompts": prompts},
+                     "with --server")
             return _served(directory, server, server_model, engine, model_type, install, out, set_, seq_len, seed,
                            timeout)
         known = catalog.engines()
@@ -129,13 +142,15 @@ def parity(
         explicit = bool(engine) and not any(e.strip().lower() == "all" for e in engine)
         if directory is not None:
             not_with({"--model-type": model_type}, "with a model directory")
+        not_with({"--prompt": prompt, "--prompts": prompts} if directory is None or bind else {},
+                 "without a model directory run as saved: the built models, and --bind, use random token ids")
         types = [] if directory is not None else list(dict.fromkeys(model_type or ["gemma2"]))
         for t in types:
             if t in dict(reference.NOT_YET):
                 raise InputError(f"--model-type {t}: parity does not build it: {dict(reference.NOT_YET)[t]}")
             if t not in reference.SUPPORTED:
                 raise InputError(f"--model-type {t}: parity runs {', '.join(reference.SUPPORTED)}")
-        n, s, j = seq_len, seed_in_range(seed), jobs
+        n, s, j = seq_len or extra.RANDOM_TOKENS, seed_in_range(seed), jobs
         if out is not None:
             writable_folder(out, "--out")
             check_targets([out / name for name in FILES], "--out")
@@ -146,19 +161,24 @@ def parity(
         earlier = extra.earlier(out) if update else None
         if repro is not None:
             repro_report.target(repro)
-        if earlier is not None:
-            then = earlier["params"]
-            differs = [k for k, v in (("seed", s), ("seq_len", n), ("set", set_ or [])) if then.get(k) != v]
-            if differs:
-                raise InputError(f"--update: the earlier results were measured with another {', '.join(differs)} "
-                                 f"({', '.join(f'{k} {then.get(k)!r}' for k in differs)}): their references differ")
-        sources = []
+        sources, inputs = [], {}
         if directory is not None:
+            texts = None if bind else folder.prompts_given(prompt, prompts)
             sources.append((str(directory), audit.source(directory, None, set_ or [])))
         for t in types:
             sources.append((t, audit.source(None, modeltypes.model_type(t), reference.tiny_sets(t) + (set_ or []))))
         for _, src in sources:
             reference.check(src.config)
+        if directory is not None:
+            inputs[str(directory)] = extra.folder_inputs(sources[0][1], texts, bind, seq_len, s, j)
+            n = n if bind else int(inputs[str(directory)].ids.size)
+        if earlier is not None:  # the folder's inputs read first: a folder's tokens count, and what they are
+            then, how = earlier["params"], inputs[str(directory)].how if inputs else None
+            differs = [k for k, v in (("seed", s), ("seq_len", n), ("set", set_ or []), ("inputs", how))
+                       if then.get(k) != v]
+            if differs:
+                raise InputError(f"--update: the earlier results were measured with another {', '.join(differs)} "
+                                 f"({', '.join(f'{k} {then.get(k)!r}' for k in differs)}): their references differ")
         kinds = [src.config.model_type for _, src in sources]
         facts, states = (extra.given_python(python, names, explicit, install, kinds) if python is not None
                          else (None, _plan(names, kinds, explicit, install, j)))
@@ -173,14 +193,16 @@ def parity(
                 triples = [(label, src, None if staged is None else staged / ".work" / str(i))
                            for i, (label, src) in enumerate(sources)]
                 with runner.terminations(), progress.task("parity: engines", total) as advance:
-                    results = parity_run.measure_all(triples, chosen, states, n, s, timeout, advance, j)
+                    results = parity_run.measure_all(triples, chosen, states, n, s, timeout, advance, j,
+                                                     **({"inputs": inputs} if inputs else {}))
             finally:
                 torch.set_num_threads(threads)
             extra.note_interpreter(results, facts)
             bundled = extra.place(staged, repro, results, states, facts)
         params = {"model": str(directory) if directory else types, "set": set_ or [], "engines": names,
                   "seq_len": n, "seed": s, "timeout": timeout, "out": str(out) if out else None,
-                  **({"python": facts["path"]} if facts else {}), **({"repro": str(repro)} if repro else {})}
+                  **({"python": facts["path"]} if facts else {}), **({"repro": str(repro)} if repro else {}),
+                  **({"bind": bind, "inputs": inputs[str(directory)].how} if directory is not None else {})}
         written: list = []
         if out is not None:  # the set is staged whole (the figure too), then put in place together
             from softcapgrad.engines.forward.figure import parity_figure
@@ -214,7 +236,9 @@ def _served(directory, url, model, engine, model_type, install, out, sets, seq_l
     not_with({"--set": sets}, "with --server: the server runs DIR's config as it is, and the reference must too")
     if directory is None:
         raise InputError("--server needs the model directory DIR it serves: the server's weights are unknown here")
-    n, s = seq_len, seed_in_range(seed)
+    from softcapgrad.cli.parity_runs import RANDOM_TOKENS
+
+    n, s = seq_len or RANDOM_TOKENS, seed_in_range(seed)
     src = audit.source(directory, None, sets or [])
     reference.check(src.config)
     served = serving.check(src, url, model, n, s, timeout)

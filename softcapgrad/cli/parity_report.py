@@ -54,9 +54,45 @@ def _sdpa_exports(data: dict) -> set:
             if re.search(r"\(attention sdpa\b", e.get("did") or "")}
 
 
+NOT_EXERCISED = "not exercised on these inputs"  # engines/forward/verdict.py's
+
+
 def judged(rows: list[dict]) -> list[dict]:
     """The rows of engine routes that ran and gave a cap a verdict."""
-    return [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set")]
+    return [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set", NOT_EXERCISED)]
+
+
+def _inputs(m: dict) -> str:
+    """What a model ran on, and how far each cap was reached: the built models' words, or a model folder's."""
+    reach = ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items() if isinstance(v, float))
+    given = m.get("inputs")
+    if not isinstance(given, dict):
+        return f"{m['model']}: largest |a/c| {reach}"
+    if given.get("bound"):
+        scaled = ", ".join(f"{k} ×{v:.3g}" for k, v in (m.get("scales") or {}).items())
+        return f"{m['model']} on {given['how']}: rescaled {scaled or 'nothing'}; largest |a/c| {reach}"
+    past = ", ".join(f"{cap} {c['past']:,} of {c['of']:,} {'logits' if cap == 'final' else 'scores'}"
+                     for cap, c in given.get("caps", {}).items() if "of" in c)
+    return (f"{m['model']} as saved, on {given['how']}; largest |a/c| {reach}"
+            + (f"; at or past fp32's first zero of tanh's gradient (|a/c| ≥ {given['first_zero']:.3g}): {past}"
+               if past else ""))
+
+
+def _unexercised(rows: list[dict], models: list[dict]) -> str:
+    """The caps the inputs never exercised, and which engines match transformers on the model there."""
+    quiet = [r for r in rows if r["verdict"] == NOT_EXERCISED]
+    if not quiet:
+        return ""
+    knees = {(m["model"], cap): c for m in models if isinstance(m.get("inputs"), dict)
+             for cap, c in m["inputs"].get("caps", {}).items()}
+    caps = "; ".join(f"the {cap} cap of {model} (largest |a/c| {knees[(model, cap)]['reach']:.3g}, below "
+                     f"{knees[(model, cap)]['knee']:.3g})" if (model, cap) in knees else f"the {cap} cap of {model}"
+                     for model, cap in dict.fromkeys((r["model"], r["cap"]) for r in quiet))
+    off = sorted({f"{r['engine']} ({r['route']})" for r in quiet if not r.get("matches", True)})
+    same = sorted({f"{r['engine']} ({r['route']})" for r in quiet} - set(off))
+    return (f" Not exercised on these inputs, so not judged (the cap changes its input by less than fp32's rounding "
+            f"allowance): {caps}. There, matching transformers on the model: {', '.join(same) or 'none'}"
+            + (f"; differing beyond the tolerance: {', '.join(off)}" if off else "") + ".")
 
 
 def answer_of(data: dict) -> tuple[str, ...]:
@@ -75,16 +111,19 @@ def answer_of(data: dict) -> tuple[str, ...]:
             for r in rows if r["verdict"] == "unused by transformers" and "the engine applies it" in r.get("hint", "")]
     ok = sorted({r["engine"] for r in rows if r["verdict"] == "applied"})
     missing = sorted({r["engine"] for r in rows if r["verdict"] == "could not run"})
-    reach = "; ".join(f"{m['model']}: largest |a/c| " + ", ".join(f"{k} {v:.3g}" for k, v in m["reach"].items()
-                                                                   if isinstance(v, float)) for m in data["models"])
+    built = [_inputs(m) for m in data["models"] if not isinstance(m.get("inputs"), dict)]
+    reach = "; ".join([*(["inputs built so that each cap binds", *built] if built else []),
+                       *(_inputs(m) for m in data["models"] if isinstance(m.get("inputs"), dict))])
     coarse = _grouped(rows, [r for r in rows if r["verdict"] == "not bound"], lambda r: "cannot tell, in its precision,")
     ran = judged(rows)
+    quiet = any(r["verdict"] == NOT_EXERCISED for r in rows)
     first = ("Caps lost, altered or added: " + "; ".join(bad) if bad else
+             "No cap was exercised on these inputs, so none was judged" if not ran and quiet else
              "No engine ran, so no cap was judged" if not ran else
              "Every engine that ran applied every cap its precision lets this judge" if coarse else
-             "Every engine that ran applied every cap it was given") + f" (inputs built so that each cap binds; {reach})."
+             "Every engine that ran applied every cap it was given") + f" ({reach})."
     second = (f"Undecided (neither reference ten times nearer): {'; '.join(coarse)}. " if coarse else "") \
-        + f"Applied by: {', '.join(ok) or 'none'}."
+        + f"Applied by: {', '.join(ok) or 'none'}." + _unexercised(rows, data["models"])
     from softcapgrad.engines.forward.parity import precap_beyond
 
     upstream: dict = {}

@@ -1,5 +1,6 @@
-"""What the parity command needs beside its options: the earlier results --update merges into, the interpreter
---python gives, the reproduction bundles --repro writes, and the provenance parity.json records."""
+"""What the parity command needs beside its options: a model folder's inputs (its prompts, checks and tokens), the
+earlier results --update merges into, the interpreter --python gives, the reproduction bundles --repro writes, and
+the provenance parity.json records."""
 
 from __future__ import annotations
 
@@ -8,6 +9,24 @@ import shutil
 from pathlib import Path
 
 from softcapgrad.cli.common import earlier_results, InputError, not_with
+from softcapgrad.engines.forward.folder import RANDOM_TOKENS  # --seq-len's default for random token ids
+
+
+def folder_inputs(src, texts: tuple | None, bind: bool, seq_len: int | None, seed: int, jobs: int = 1):
+    """The folder's inputs once its config is read (models/source.py, config first): the memory its weights'
+    headers say the run needs, every parameter in them, then the prompts (``texts``: folder.prompts_given, read
+    before the folder) tokenized by its tokenizer.json; with --bind, random ids and the weights rescaled."""
+    from softcapgrad.engines.forward import folder
+    from softcapgrad.engines.forward.reference import TARGET
+
+    folder.check_memory(src.directory, jobs)
+    folder.check_complete(src.directory, src.config, bind)
+    if bind:
+        n = seq_len or RANDOM_TOKENS
+        return folder.Inputs(None, f"{n} random token ids (seed {seed}), the weights rescaled so that each cap "
+                                   f"reaches |a/c| = {TARGET:g} (--bind)", tokenizer=False, bound=True)
+    prompts, said, given = texts
+    return folder.inputs(src, prompts, said, given, seq_len, seed)
 
 
 def earlier(out) -> dict:

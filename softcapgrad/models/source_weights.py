@@ -27,17 +27,18 @@ NEVER_OPENED = "pickled .bin files are never opened; save the model as safetenso
 NOT_READ = ("*.gguf", "tf_model.h5", "flax_model.msgpack")  # weights in formats this reader does not read
 
 
-def regular(path: Path) -> bool:
+def regular(path: Path, what: str = "weights") -> bool:
     """False where nothing is at ``path``; True for a regular file (a link to one is followed, as the model
-    hub's cache links its blobs); anything else refused: a device, a FIFO, a folder, a dangling link."""
+    hub's cache links its blobs); anything else refused: a device, a FIFO, a folder, a dangling link. ``what``
+    the file holds, in the refusal."""
     if not os.path.lexists(path):
         return False
     try:
         mode = os.stat(path).st_mode
     except OSError as err:
-        raise InputError(f"{path}: cannot be read ({err.strerror}); weights that cannot be read are refused") from None
+        raise InputError(f"{path}: cannot be read ({err.strerror}); {what} that cannot be read are refused") from None
     if not stat.S_ISREG(mode):
-        raise InputError(f"{path}: is {node_kind(mode)}, not a regular file; weights that cannot be read are refused")
+        raise InputError(f"{path}: is {node_kind(mode)}, not a regular file; {what} that cannot be read are refused")
     return True
 
 

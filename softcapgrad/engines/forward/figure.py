@@ -2,7 +2,7 @@
 
 COLOURS = {"applied": "tab:green", "ignored": "tab:red", "different": "tab:orange", "not finite": "tab:purple",
            "ignores the folder's caps": "tab:pink", "not bound": "tab:brown", "unused by transformers": "tab:olive",
-           "not deterministic": "tab:gray",
+           "not deterministic": "tab:gray", "not exercised on these inputs": "tab:cyan",
            "could not run": "lightgrey", "no such architecture": "whitesmoke", "not set": "white"}
 ADDED = "applied by the engine, unused by transformers"
 CELL = (0.42, 0.26)  # inches per column and per row, so that a matrix of many engines and types stays legible

@@ -32,6 +32,31 @@ def tolerance(unit: float, scale: float, roundings: float = K, once: float = 0.0
     return 2 * (roundings * unit + once) * scale
 
 
+def knee(target: float, relative: bool) -> float:
+    """The |a/c| = x below which the cap c·tanh(a/c) changes its input by less than ``target``·c (x − tanh x), or,
+    ``relative``, by less than ``target``·|a| (1 − tanh(x)/x): both rise with x, so bisection in float64 finds it
+    (inf where the change never reaches ``target``; a relative change stays below 1)."""
+    import math
+
+    change = (lambda x: 1 - math.tanh(x) / x) if relative else (lambda x: x - math.tanh(x))
+    lo, hi = 0.0, 64.0
+    if change(hi) < target:
+        return math.inf
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if change(mid) < target else (lo, mid)
+    return hi
+
+
+def exercised_from(reference, cap: str) -> float:
+    """The largest |a/c| at which the cap is not exercised: it changes no input by more than the fp32 reference's
+    own rounding allowance for it (engines/forward/verdict.py derives both). Final cap: δ = K·u·c is the row's
+    allowance for each logit, and the cap moves a logit by c·(x − tanh x). Attention cap: the row allows every
+    reduction a relative error n·u (γ_n), the scores' own dot products included, and the cap moves a score by
+    the relative 1 − tanh(x)/x."""
+    return knee(K * FP32, False) if cap == "final" else knee(reference.width * FP32, True)
+
+
 @dataclass(frozen=True)
 class Error:
     value: float  # largest |Δ log-prob|

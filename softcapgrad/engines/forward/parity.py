@@ -1,9 +1,12 @@
 """One parity run: the reference, each engine in its child process, a verdict per engine and cap.
 
-``prepare`` builds the reference (fp32 eager, caps binding) and writes the two transformers
-directories every engine converts: the model as it is, and the same weights with the final cap
-off. ``parity_run.measure_all`` runs the engines and returns plain rows; ``as_dict`` and ``markdown`` give the
-results files.
+``prepare`` builds the reference (fp32 eager) and writes the transformers directories every engine converts:
+the model as it is, the same weights with the final cap off (and with every cap off, where an attention cap is
+set). A model built tiny, or a folder with ``--bind``, runs on random token ids with its weights rescaled so that
+each cap binds (reference.bind), saved in fp32 beside the stand-in tokenizer; a model folder otherwise runs as
+saved, on text its own tokenizer reads, its files copied to the engines unchanged (folder.py).
+``parity_run.measure_all`` runs the engines and returns plain rows; ``as_dict`` and ``markdown`` give the results
+files.
 """
 
 from __future__ import annotations
@@ -32,23 +35,27 @@ class Parity:
     engines: list = field(default_factory=list)  # one per engine: how, versions, times, reason
     kept: Path | None = None  # with measure_all's keep: the model folders and each route's outputs (repro bundles)
     conditioning: object = None  # conditioning.Conditioning of the model built
+    inputs: object = None  # folder.Inputs of a model folder (None: a model built tiny)
 
 
-def prepare(src, seq_len: int, seed: int, work: Path):
+def prepare(src, seq_len: int, seed: int, work: Path, inputs=None):
     """The reference and the engines' input folders under ``work``."""
-    return _prepare(src, seq_len, seed, work)[0]
+    return _prepare(src, seq_len, seed, work, inputs)[0]
 
 
-def _prepare(src, seq_len: int, seed: int, work: Path):
-    """The reference, the model and its token ids; the engines' input folders under ``work``."""
+def _prepare(src, seq_len: int, seed: int, work: Path, inputs=None):
+    """The reference, the model and its token ids; the engines' input folders under ``work``. ``inputs``
+    (folder.Inputs) of a model folder run as saved; None, or bound ones: random ids, the weights rescaled."""
+    from softcapgrad.engines.forward import folder
     from softcapgrad.models import audit
 
     ref.check(src.config)
     if not 2 <= seq_len <= ref.MAX_TOKENS:
         raise InputError(f"--seq-len {seq_len}: must lie in 2..{ref.MAX_TOKENS}")
     model = ref.build(src, seed)
-    ids = audit.random_ids(src.config, 1, seq_len, seed).numpy().reshape(-1)
-    scales = ref.bind(model, ids)
+    as_saved = inputs is not None and not inputs.bound
+    ids = inputs.ids if as_saved else audit.random_ids(src.config, 1, seq_len, seed).numpy().reshape(-1)
+    scales = {} if as_saved else ref.bind(model, ids)
     reference = ref.reference(model, ids, scales)
     if reference.alternatives:
         reference.alternatives.update(window_alternatives(model, ids))
@@ -59,8 +66,11 @@ def _prepare(src, seq_len: int, seed: int, work: Path):
     reference.final_alternatives.update(gelu_whole(model, ids))
     runner.write_ids(work, ids)
     for variant in variants(reference):
-        folder = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
-        write_tokenizer(folder, model.config.to_dict())  # engines load a tokenizer beside the weights
+        if as_saved:
+            folder.write(src, work / FOLDERS[variant], ref.VARIANTS[variant], inputs.tokenizer)
+            continue
+        saved = ref.save(model, work / FOLDERS[variant], ref.VARIANTS[variant])
+        write_tokenizer(saved, model.config.to_dict())  # engines load a tokenizer beside the weights
     return reference, model, ids
 
 
@@ -114,7 +124,8 @@ def as_dict(results: list[Parity], provenance: dict | None = None) -> dict:
                     "tokens": int(r.reference.ids.size), "vocabulary": int(r.reference.logits["capped"].shape[1]),
                     "scales": r.reference.scales, "note": modeltypes.NOTES.get(r.model, ""),
                     "generation": ref.GENERATION,
-                    **({"conditioning": r.conditioning.as_dict()} if r.conditioning is not None else {})}
+                    **({"conditioning": r.conditioning.as_dict()} if r.conditioning is not None else {}),
+                    **({"inputs": inputs_entry(r)} if getattr(r, "inputs", None) is not None else {})}
                    for r in results],
         "rows": [{**row, **({"cpu": cpu} if cpu else {})} for r in results for row in r.rows],
         "engines": [{k: v for k, v in e.items() if k not in TIMES} for r in results for e in r.engines],
@@ -122,6 +133,18 @@ def as_dict(results: list[Parity], provenance: dict | None = None) -> dict:
         "model_types_not_yet": [{"model_type": t, "why": why} for t, why in ref.NOT_YET],
         **({"provenance": provenance} if provenance else {}),
     })
+
+
+def inputs_entry(result: Parity) -> dict:
+    """A model folder's inputs: how they were made, and per cap whether they exercise it: the knee below which it
+    changes nothing (verdict.py), and how many of its entries lie at or past fp32's first zero of the gradient."""
+    from softcapgrad.engines.forward.judging import exercised_from
+
+    reference = result.reference
+    return {**result.inputs.as_dict(), "first_zero": ref.first_zero(),
+            "caps": {cap: {"reach": reference.reach.get(cap), "knee": exercised_from(reference, cap),
+                           **(reference.past or {}).get(cap, {})}
+                     for cap in ref.CAPS if reference.caps[cap] is not None}}
 
 
 def provenance_cpu(provenance: dict | None) -> str | None:
@@ -150,7 +173,7 @@ ENTRY = {"models": {"model": str, "reach": dict, "caps": object, "tokens": objec
          "engines": {"engine": str, "route": str, "model": str, "versions": dict, "did": object, "how": object}}
 MAY_HOLD = {"rows": {"hint": str, "outside": (int, float, type(None)), "cpu": (str, type(None)), "other_cpu": bool,
                      "generation": int},
-            "models": {"generation": int, "conditioning": dict}, "engines": {"generation": int}}
+            "models": {"generation": int, "conditioning": dict, "inputs": dict}, "engines": {"generation": int}}
 
 
 def unmergeable(old: dict) -> str | None:
@@ -235,6 +258,7 @@ def markdown(data: dict, answer: tuple[str, ...]) -> str:
         lines += [f"## {m['model']}", "", f"caps {caps}; largest |a/c| reached: {reach}; "
                   f"{m['tokens']} tokens, full vocabulary of {m['vocabulary']}."
                   + (f" {m['note']}." if m.get("note") else "")
+                  + (f" Inputs: {m['inputs']['how']}." if isinstance(m.get("inputs"), dict) else "")
                   + (f" Rows of generation {', '.join(map(str, older))} were measured on the models an earlier "
                      f"builder made, not re-run on the current ones (generation {ref.GENERATION}): the model "
                      f"facts above are generation {generation(m)}'s." if older else ""), "",

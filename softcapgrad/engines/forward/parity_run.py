@@ -31,10 +31,10 @@ class Model:
 
 
 def measure_all(sources: list, engines: list, states: dict, seq_len: int, seed: int, timeout: float,
-                advance=None, jobs: int = 1) -> list[Parity]:
+                advance=None, jobs: int = 1, inputs: dict | None = None) -> list[Parity]:
     """Every route of every engine on each model of ``sources`` ((label, source, keep) triples); ``states`` maps an
     environment to its State (None: absent). ``keep``: a new folder that receives the model folders, the token ids
-    and each route's outputs (parity --repro)."""
+    and each route's outputs (parity --repro). ``inputs``: label -> folder.Inputs of each model folder."""
     from concurrent.futures import ThreadPoolExecutor
 
     runner.clear_stop()
@@ -44,7 +44,8 @@ def measure_all(sources: list, engines: list, states: dict, seq_len: int, seed: 
             models = []
             for label, src, keep in sources:
                 work = folders.enter_context(child.scratch("softcapgrad-parity-"))  # a killed run's: cleared later
-                models.append(Model(_prepared(src, seq_len, seed, work, label, keep), work, keep))
+                models.append(Model(_prepared(src, seq_len, seed, work, label, keep, (inputs or {}).get(label)),
+                                    work, keep))
             tasks = []
             for engine in engines:
                 tasks += _tasks(engine, states.get(engine.environment), models, timeout, done, advance)
@@ -58,10 +59,11 @@ def measure_all(sources: list, engines: list, states: dict, seq_len: int, seed: 
     return [_collected(i, m.result, engines, done) for i, m in enumerate(models)]
 
 
-def _prepared(src, seq_len: int, seed: int, work: Path, label: str, keep: Path | None) -> Parity:
+def _prepared(src, seq_len: int, seed: int, work: Path, label: str, keep: Path | None, inputs=None) -> Parity:
     """The model's reference and conditioning, its input folders under ``work`` (and copied to ``keep``)."""
-    reference, model, ids = _prepare(src, seq_len, seed, work)
-    result = Parity(label, reference, kept=keep, conditioning=conditioning.measure(model, ids, reference, label))
+    reference, model, ids = _prepare(src, seq_len, seed, work, inputs)
+    result = Parity(label, reference, kept=keep, conditioning=conditioning.measure(model, ids, reference, label),
+                    inputs=inputs)
     if keep is not None:
         (keep / "model").mkdir(parents=True)
         for name in ["ids.npy", *(FOLDERS[v] for v in variants(reference))]:

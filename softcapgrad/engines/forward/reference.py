@@ -1,6 +1,7 @@
 """The transformers reference: fp32, eager attention, caps applied, and each cap switched off in turn.
 
-Weights are scaled so that every cap binds on random token ids: each layer's queries (its query
+A model built tiny (and a model folder with ``parity DIR --bind``) has its weights scaled so that every cap
+binds on random token ids (``bind``; a folder otherwise runs as saved): each layer's queries (its query
 projection, or the query norm's gain where a norm follows the projection) so that the largest
 |a/c| of its attention scores reaches ``TARGET``, then the final logits do: through the output
 projection where it is not tied to the input embeddings (nanochat's final norm has no gain), else
@@ -17,6 +18,7 @@ Which field holds each cap, and how it is switched off, is engines/forward/model
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +123,22 @@ def _allowed(mask, shape):
     return mask if mask.dtype == torch.bool else mask == 0
 
 
+@functools.lru_cache(maxsize=1)
+def first_zero() -> float:
+    """The |a/c| from which fp32's tanh rounds to 1.0, so that autograd's gradient 1 − y² through the cap is exactly
+    0: atanh(1 − ε₋/2) with fp32's spacing below 1 (laws/saturation.py), about 9.01."""
+    from softcapgrad.laws import formats
+    from softcapgrad.laws.saturation import knee_exact
+
+    return knee_exact(formats.facts(np.dtype(np.float32)).spacing_below_one)
+
+
+def _count(seen: dict, cap: str, ratio) -> None:
+    """Into ``seen``: how many of ``ratio``'s |a/c| lie at or past fp32's first zero of the gradient, and of how many."""
+    seen[f"{cap} past"] = seen.get(f"{cap} past", 0) + int((ratio >= first_zero()).sum())
+    seen[f"{cap} entries"] = seen.get(f"{cap} entries", 0) + int(ratio.numel())
+
+
 def tanh_cap(scores, c: float):
     """The cap as transformers computes it: a / c, tanh, times c."""
     import torch
@@ -153,6 +171,7 @@ def attention_patch(model, seen: dict | None = None, cap_fn: CapFn | None = None
         if seen is not None:
             live = scores.detach().abs()[_allowed(attention_mask, scores.shape).expand(scores.shape)]
             seen[attn.layer_idx] = max(seen.get(attn.layer_idx, 0.0), float(live.max()) / c)
+            _count(seen, "attention", live / c)
             seen["attention applied"] = seen.get("attention applied", False) or softcap is not None
         if cap_fn is None or (softcap is None and not force):
             return original(attn, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -212,6 +231,7 @@ def logits(model, ids: np.ndarray, off=(), cap_fn: CapFn | None = None, final_fn
     if seen is not None and c is not None:
         def record(m, i, out):
             seen["final"] = max(seen.get("final", 0.0), float(out.detach().abs().max()) / c)
+            _count(seen, "final", out.detach().abs() / c)
         handle = head.register_forward_hook(record)
     final_off = set(off) | ({"final"} if final_fn is not None else set())
     try:
@@ -292,6 +312,7 @@ class Reference:
     alternatives: dict  # attention cap computed another way (final cap off) -> float64 [tokens, vocab]
     width: int  # the longest reduction of the model (hidden or MLP width): the n of the γ_n bound
     final_alternatives: dict = None  # final cap put elsewhere in the model (attention cap kept) -> [tokens, vocab]
+    past: dict = None  # cap -> {"past": entries at or past fp32's first zero of the gradient, "of": entries seen}
 
 
 def _in(dtype):
@@ -336,8 +357,10 @@ def reference(model, ids: np.ndarray, scales: dict) -> Reference:
         out["attention forced"] = logits(model, ids, off=("final",), cap_fn=tanh_cap, force=True)
     final_alternatives = {} if caps["final"] is None else {
         "the cap applied to the final hidden state before the output projection": hidden_capped(model, ids)}
+    past = {cap: {"past": seen[f"{cap} past"], "of": seen[f"{cap} entries"]} for cap in CAPS
+            if seen.get(f"{cap} entries")}
     return Reference(model.config.model_type, caps, np.asarray(ids).reshape(-1), reach, applied, out, scales,
-                     alternatives, width, final_alternatives)
+                     alternatives, width, final_alternatives, past)
 
 
 def save(model, folder: Path, off=()) -> Path:

@@ -13,7 +13,8 @@ Every engine runs the model twice: as it is (``capped``) and with the final cap 
 Verdicts: *applied* (within tolerance of the capped form), *ignored* (within tolerance of the
 uncapped form), *different* (neither; the nearest of a few known alternatives is named when it
 matches: the cap in bf16 or fp16, a hard clip, x/√(1+x²)), *not finite*, *not bound* (the reference
-cannot tell the cap from its absence on these inputs), *unused by transformers* (the field is set but
+cannot tell the cap from its absence on these inputs), *not exercised on these inputs* (below, before any
+of the others), *unused by transformers* (the field is set but
 the reference model never applies it), *ignores the folder's caps* (the folder with its final cap
 switched off gives the engine's output unchanged: the engine takes its caps from elsewhere, such as a
 named config of its own; its attention cap is then judged on its capped output against transformers'
@@ -28,6 +29,15 @@ model: a dot product of n terms in a format of unit roundoff u is within n·u of
 MLP width), M the largest |pre-cap logit| (model_scale) and w the unit roundoff of any step an engine rounds once to a
 coarser format (llama.cpp's GELU reads an fp16 table). A bf16 cap moves logits by up to half a bf16
 ulp of c, 2^-9·c, far outside both.
+
+Not exercised: a cap whose largest |a/c| = x on the inputs stays below the knee where it changes its input by
+no more than the fp32 reference's own rounding allowance for that input gets no verdict on the cap, whatever the
+engine gave (a model folder run as saved, on text: ``parity DIR``). The final cap moves a logit by c·(x − tanh x),
+and the row allows each logit δ = K·u·c: the knee solves x − tanh x = K·u, x ≈ (3·K·u)^(1/3) = 0.0142 in fp32.
+The attention cap moves a score by the relative 1 − tanh(x)/x, and the row allows every reduction of the model,
+the scores' own dot products included, a relative n·u: the knee solves 1 − tanh(x)/x = n·u, x ≈ √(3·n·u)
+(0.00478 for n = 128; judging.exercised_from). The row then says whether the engine matches transformers on
+the model itself: its log-probs against the reference's, at the whole-model tolerance.
 """
 
 from __future__ import annotations
@@ -42,7 +52,11 @@ from softcapgrad.engines.forward.forms import EXACT_GELU, EXACT_GELU_DROPPED, EX
 from softcapgrad.engines.forward.forms import OUTSIDE  # noqa: F401
 
 from softcapgrad.engines.forward.judging import (CAPPED, FP32, MATCH, OWN_PAIR, RATIO, SWAPPED, Error, K,  # noqa: F401
-                                                 _nonfinite, _row, differential, error, model_scale, tolerance, top)
+                                                 _nonfinite, _row, differential, error, exercised_from, model_scale,
+                                                 tolerance, top)
+
+NOT_EXERCISED = "not exercised on these inputs"
+JUDGED = ("applied", "ignored", "different", "not bound", "ignores the folder's caps")  # what NOT_EXERCISED replaces
 from softcapgrad.engines.forward.whole_forms import name_whole_form
 
 
@@ -323,11 +337,38 @@ def verdicts(outcome_logits: dict, reference, once: float = 0.0, k: int = 0, uni
     if "uncapped" in failed and attention["verdict"] == "unused by transformers":
         attention["hint"] += f"; the folder without any cap could not run: {failed['uncapped']}"
     shown = capped if capped is not None else final_off
+    for i, row in enumerate(rows):
+        if row["verdict"] in JUDGED and not exercised(reference, row["cap"]):
+            rows[i] = _not_exercised(row["cap"], shown, "capped" if capped is not None else "final off", reference, k,
+                                     unit, once)
     finite = np.abs(shown[np.isfinite(shown)])
     largest = None if output == "logprobs" or not finite.size else float(finite.max())
     for row in rows:
         row.update(max_logit=largest, top_k=k)
     return rows
+
+
+def exercised(reference, cap: str) -> bool:
+    """Whether the cap's largest |a/c| on the inputs reaches the knee below which it changes nothing the fp32
+    reference can tell from rounding (True where nothing was reached to compare)."""
+    x = reference.reach.get(cap)
+    return x is None or x >= exercised_from(reference, cap)
+
+
+def _not_exercised(cap: str, logits: np.ndarray, variant: str, reference, k: int, unit: float, once: float) -> dict:
+    """A cap the inputs never exercised: no verdict on it; whether the engine matches transformers' model (its
+    ``variant``) at the whole-model tolerance."""
+    x, knee = reference.reach[cap], exercised_from(reference, cap)
+    tol = tolerance(unit, model_scale(reference), reference.width, once)
+    lp = log_probs(logits)
+    e = error(lp, log_probs(reference.logits[variant]), top(lp, k))
+    what = "a logit" if cap == "final" else "a score, relative to it,"
+    said = ("the engine matches transformers on this model" if e.value <= tol else
+            f"the engine differs from transformers on this model by {e.value:.3g}, beyond the tolerance: outside "
+            "the cap, which changes nothing here")
+    return _row(cap, reference.caps[cap], NOT_EXERCISED, e, None, tol, matches=e.value <= tol,
+                hint=f"largest |a/c| {x:.3g}, below {knee:.3g}, where the cap changes {what} by less than fp32's "
+                     f"rounding allowance: no verdict on the cap; {said}")
 
 
 def _failed(cap: str, c, variant: str, failed: dict) -> dict:
