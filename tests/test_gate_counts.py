@@ -132,3 +132,29 @@ def test_closing_compares_the_first_window_with_the_last(means, closed, window, 
     from softcapgrad.training.gaterows import trend
 
     assert trend(_history(means, closed), window) == want
+
+
+@pytest.mark.parametrize("cast", [torch.bfloat16, torch.float16])
+def test_a_small_backward_cast_back_counts_the_zeros_the_cast_makes(cast):
+    """A float32 gradient cast back to a 16-bit format is 0 where its magnitude is at most half the format's least
+    subnormal (exactly half: a tie, rounded to even, 0). The count from Python floats, which skips the cast where
+    every magnitude is above that, must equal the reductions' on the cast tensor, with the neighbours of half the
+    least subnormal planted one at a time (none of them: the skip; each: the cast counted)."""
+    info = torch.finfo(cast)
+    half = info.smallest_normal * info.eps / 2
+    h = torch.tensor([half], dtype=torch.float32)
+    below, above = torch.nextafter(h, torch.zeros(1)).item(), torch.nextafter(h, torch.ones(1)).item()
+    g = torch.Generator().manual_seed(0)
+    for planted in (None, below, half, above, -half, 0.0):
+        gi = torch.rand(64, generator=g) + 0.5
+        go = torch.rand(64, generator=g) + 0.5
+        if planted is not None:
+            gi[7] = planted
+        listed, reduced = Step(), Step()
+        gatecount.count_backward(listed, "softplus", go, gi, (cast,))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gatecount, "_LISTED", 0)
+            gatecount.count_backward(reduced, "softplus", go, gi, (cast,))
+        want = int(((gi.to(cast) == 0) & (go != 0)).sum())
+        assert (listed.zero, listed.zero_cast) == (reduced.zero, reduced.zero_cast) == (int(planted == 0.0), want)
+        assert want == (planted is not None and abs(planted) <= half)

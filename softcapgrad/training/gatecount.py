@@ -81,20 +81,46 @@ def count_backward(s: Step, fn: str, grad_output: torch.Tensor, grad_input: torc
     """Add the call's backward to the step's sums; ``casts``: the formats its gradient is cast to on its way back
     (``casts_back`` of the gate's input)."""
     s.backward += grad_input.numel()
+    if grad_input.device.type == "cpu" and grad_input.numel() <= _LISTED:  # as _listed: the definition, in floats
+        gi, go = grad_input.reshape(-1).tolist(), grad_output.reshape(-1).tolist()
+        zero = _listed_zeros(gi, go)
+        s.zero += zero
+        if casts and not (len(casts) == 1 and min(map(abs, gi), default=0.0) > _half_least(casts[0])):
+            zero = _listed_zeros(grad_input.to(casts[0]).reshape(-1).tolist() if len(casts) == 1 else
+                                 _cast(grad_input, casts).reshape(-1).tolist(), go)
+        s.zero_cast += zero
+        return
     zero = _zeros(fn, grad_output, grad_input)
     s.zero += zero
     if casts:
-        for dtype in casts:  # as ToCopyBackward casts: round to nearest even, one format after the other
-            grad_input = grad_input.to(dtype)
-        zero = _zeros(fn, grad_output, grad_input)
+        zero = _zeros(fn, grad_output, _cast(grad_input, casts))
     s.zero_cast += zero
+
+
+def _cast(t: torch.Tensor, casts: tuple[torch.dtype, ...]) -> torch.Tensor:
+    for dtype in casts:  # as ToCopyBackward casts: round to nearest even, one format after the other
+        t = t.to(dtype)
+    return t
+
+
+@functools.cache
+def _half_least(dtype: torch.dtype) -> float:
+    """Half the least subnormal of ``dtype``: a number of greater magnitude rounds to a non-zero value of the format
+    (to nearest; one of exactly half rounds to even, 0), so where every |gradient| is greater, the cast to ``dtype``
+    makes no zero and the count is the one before it (the min of a list read NaN first is NaN: counted)."""
+    info = torch.finfo(dtype)
+    return info.smallest_normal * info.eps / 2
+
+
+def _listed_zeros(gi: list[float], go: list[float]) -> int:
+    """Elements of grad_input exactly 0 (±0) where grad_output is not, from their values as Python floats."""
+    if 0.0 not in gi:  # == 0.0: ±0 (NaN never): most calls have no zero at all
+        return 0
+    return sum(1 for i, o in zip(gi, go) if i == 0 and o != 0)
 
 
 def _zeros(fn: str, grad_output: torch.Tensor, grad_input: torch.Tensor) -> int:
     """Elements of grad_input exactly 0 (±0) where grad_output is not."""
-    if grad_input.device.type == "cpu" and grad_input.numel() <= _LISTED:  # as _listed: the definition, in floats
-        return sum(1 for i, o in zip(grad_input.reshape(-1).tolist(), grad_output.reshape(-1).tolist())
-                   if i == 0 and o != 0)
     if fn == "softmax":  # not elementwise: a zero upstream element does not give a zero gradient
         return int(torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
     return int(_zero_grads(grad_output, grad_input))

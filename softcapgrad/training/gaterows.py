@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -46,8 +46,7 @@ def no_gate_lookup(fn: str, dtype: str, device: str) -> GateZero:
     return GateZero(None, None, "not looked up")
 
 
-@dataclass(frozen=True)
-class GateSite:
+class GateSite(NamedTuple):  # not a dataclass: a gate call hashes its site a few times, and a tuple's hash is C's
     model: int
     module: str
     site: str
