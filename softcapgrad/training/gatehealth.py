@@ -358,7 +358,7 @@ class GateMonitor(SitedMode):
         compiled = compiled_note(self._compiled.entered, bool(self.compiled_sites))
         return "; ".join(s for s in (compiled, unfound) if s) or None
 
-    def _zone(self, fn: str, dtype: str, device: str, upstream: float) -> GateZero:
+    def _zone(self, fn: str, dtype: str, device: str, upstream: float = 1.0) -> GateZero:
         key = (fn, dtype, device, upstream)
         if key not in self._zones:
             self._zones[key] = looked_up(self.first_zero, *key)
