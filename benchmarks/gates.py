@@ -1,12 +1,14 @@
 """GateMonitor on a watched step of each tiny gated model type it reports (lfm3: a bf16 sigmoid output gate per head;
-laguna: an fp32 softplus gate per head and a sigmoid router; qwen3_next: a bf16 sigmoid gate per channel of each head
-and softmax routers), eager and compiled, against the same step unwatched (target ≤ 1.1×, issues 38 and 54); and lfm3
-eager at batch 8×128, where the monitor's cost per gate call, the same at any size, weighs less.
-BENCH_GATE_MODELS=lfm3,laguna picks the model types (default all three).
+laguna: an fp32 softplus gate per head, of g_proj's bf16 output cast, and a sigmoid router; qwen3_next: a bf16
+sigmoid gate per channel of each head and softmax routers), eager and compiled, against the same step unwatched
+(target ≤ 1.1×, issues 38 and 54); and lfm3 eager at batch 8×128, where the monitor's cost per gate call, the same
+at any size, weighs less. BENCH_GATE_MODELS=lfm3,laguna picks the model types (default all three).
 
-The watched step's figure is the plain median plus the median of the per-round differences (each round runs both,
-in turn): the machine's speed drifts within a run (the 8×128 plain step went from 17 to 27 ms in one), and the
-medians of the two sides taken apart follow the drift, while a round's difference cancels most of it."""
+Each step is timed in this thread's CPU time (time.thread_time: the load of other processes, and torch's idle
+worker threads, count least there). The watched step's figure is the plain median plus the median of the per-round
+differences (each round runs both, in turn): the machine's speed drifts within a run (the 8×128 plain step went
+from 17 to 27 ms in one), and the medians of the two sides taken apart follow the drift, while a round's difference
+cancels most of it."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def gate_monitor() -> list[Figure]:
         monitor.rows()  # the first-zero lookup, once, outside the timing
         samples: dict[str, list[float]] = {}  # a round is one step of each (10 to 60 ms): many rounds cost little
         t = interleaved({"plain": step, "watched": watched}, repeat=int(os.environ.get("BENCH_GATE_REPEAT", "61")),
-                        clock=time.process_time, samples=samples)
+                        clock=time.thread_time, samples=samples)
         extra, low, high = paired_extra(samples, "watched", "plain")
         kind = "compiled" if compiled else "eager"
         out += [Figure(f"tiny {model_type} step (bf16, batch {batch}×{seq}, 1 thread), {kind}, forward+backward",

@@ -132,3 +132,48 @@ def test_closing_compares_the_first_window_with_the_last(means, closed, window, 
     from softcapgrad.training.gaterows import trend
 
     assert trend(_history(means, closed), window) == want
+
+
+@pytest.mark.parametrize("cast", [torch.bfloat16, torch.float16])
+def test_a_small_backward_cast_back_counts_the_zeros_the_cast_makes(cast):
+    """A float32 gradient cast back to a 16-bit format is 0 where its magnitude is at most half the format's least
+    subnormal (exactly half: a tie, rounded to even, 0). The count from Python floats, which skips the cast where
+    every magnitude is above that, must equal the reductions' on the cast tensor, with the neighbours of half the
+    least subnormal planted one at a time (none of them: the skip; each: the cast counted)."""
+    info = torch.finfo(cast)
+    half = info.smallest_normal * info.eps / 2
+    h = torch.tensor([half], dtype=torch.float32)
+    below, above = torch.nextafter(h, torch.zeros(1)).item(), torch.nextafter(h, torch.ones(1)).item()
+    g = torch.Generator().manual_seed(0)
+    for planted in (None, below, half, above, -half, 0.0):
+        gi = torch.rand(64, generator=g) + 0.5
+        go = torch.rand(64, generator=g) + 0.5
+        if planted is not None:
+            gi[7] = planted
+        listed, reduced = Step(), Step()
+        gatecount.count_backward(listed, "softplus", go, gi, (cast,))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gatecount, "_LISTED", 0)
+            gatecount.count_backward(reduced, "softplus", go, gi, (cast,))
+        want = int(((gi.to(cast) == 0) & (go != 0)).sum())
+        assert (listed.zero, listed.zero_cast) == (reduced.zero, reduced.zero_cast) == (int(planted == 0.0), want)
+        assert want == (planted is not None and abs(planted) <= half)
+
+
+def test_the_upstream_median_from_python_floats_is_the_tensor_s():
+    """A call's upstream: the lower median of |g| over its elements neither 0 nor NaN, the same from Python floats
+    (a small call) as from the tensor (torch.median, the lower of two middles), with ±0, NaN and ∞ planted, at odd
+    and even counts; None where every element is 0 or NaN."""
+    from softcapgrad.training.gaterows import upstream_median
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 7, 64, 255):
+        go = torch.randn(n, generator=g).bfloat16()
+        for planted in ([], [0.0], [-0.0, float("nan")], [float("-inf"), 0.0, float("nan")]):
+            t = go.clone()
+            t[:len(planted)] = torch.tensor(planted[:n], dtype=t.dtype)
+            kept = sorted(abs(v) for v in t.double().tolist() if v == v and v != 0)
+            want = kept[(len(kept) - 1) // 2] if kept else None
+            assert upstream_median(t) == upstream_median(t, t.tolist()) == want
+    assert upstream_median(torch.tensor([0.0, float("nan")])) is None
+    assert upstream_median(torch.tensor([0.0, float("nan")]), [0.0, float("nan")]) is None

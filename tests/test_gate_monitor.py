@@ -73,14 +73,15 @@ class BruteForce:
         return gate
 
     def counts(self, routers_in: str = "mlp") -> dict:
-        """(module, fn) -> [count, closed, saturated, backward count, zero grad, sum]; softmax only in routers."""
+        """(module, fn) -> [count, closed, saturated, backward count, zero grad, sum, each call's lower median of
+        |upstream| over its elements neither 0 nor NaN]; softmax only in routers."""
         out: dict = {}
         for r in self.records:
             if r["fn"] == "softmax" and routers_in not in r["module"]:
                 continue  # attention's softmax: not a gate
             y = r["y"].double()
             saturated = (y == 0) if r["fn"] == "softplus" else (y == 0) | (y == 1)
-            c = out.setdefault((r["module"], r["fn"]), [0, 0, 0, 0, 0, 0.0])
+            c = out.setdefault((r["module"], r["fn"]), [0, 0, 0, 0, 0, 0.0, []])
             c[0] += y.numel()
             c[1] += int((y < 1e-3).sum())
             c[2] += int(saturated.sum())
@@ -88,6 +89,8 @@ class BruteForce:
             if "gx" in r:
                 c[3] += r["gx"].numel()
                 c[4] += int(((r["gx"] == 0) & (r["up"] != 0)).sum())
+                up = sorted(abs(v) for v in r["up"].double().flatten().tolist() if v == v and v != 0)
+                c[6] += [up[(len(up) - 1) // 2]] if up else []
         return out
 
 
@@ -105,8 +108,14 @@ def _check(monitor, brute, fns: set[str], dtypes: set[str]):
     assert {fn for _, fn in rows} == fns
     assert {r.dtype for r in rows.values()} == dtypes
     totals = [0, 0, 0, 0]
-    for key, (count, closed, saturated, backward, zero, total) in expected.items():
+    for key, (count, closed, saturated, backward, zero, total, upstream) in expected.items():
         r = rows[key]
+        upstream = sorted(upstream)
+        assert r.upstream == upstream[(len(upstream) - 1) // 2] and r.upstream != 1.0  # what the gate received
+        if r.fn != "softmax":  # the stuck columns for that upstream
+            zone = gate_first_zero(r.fn, r.dtype, "cpu", r.upstream)
+            assert (r.stuck_open_from, r.stuck_shut_from) == (zone.open_from, zone.shut_from)
+            assert "--upstream" in r.source
         assert r.count == count
         assert r.closed_share * count == pytest.approx(closed, abs=1e-6)
         assert r.saturated_share * count == pytest.approx(saturated, abs=1e-6)
@@ -143,9 +152,14 @@ def test_later_steps_watch_only_the_gate_modules_with_the_same_counts(model_type
             _step(model, autocast)
         assert monitor.sites_only
         assert monitor._calls_ok is (None if i == 0 else True)
-        # lfm3's gate is σ(g_proj(h)): from the third step on it is read from its own autograd node, with no mode
-        # (laguna's router and mixtral's softmax are computed in the module's own code: they keep the calls watch)
-        assert (monitor._feeds is not None) is (i > 0 and model_type == "lfm3")
+        # lfm3's gate is σ(g_proj(h)), laguna's softplus(g_proj(h).float()) and σ of its router's own output (the
+        # logits it returns): from the third step on each is read from its own autograd node, with no mode
+        # (mixtral's softmax router keeps the calls watch)
+        assert (monitor._feeds is not None) is (i > 0 and model_type != "mixtral")
+        if i > 0 and model_type == "laguna":  # the two head gates through a cast of g_proj's output to float32;
+            # the router's σ from the router's own output 0 (its logits), no cast
+            feeds = [(child is None, index, cast) for _, (child, index, cast), _ in monitor._feeds.values()]
+            assert sorted(feeds, key=str) == [(False, None, torch.float32)] * 2 + [(True, 0, None)]
     rows = monitor.rows()
     assert rows and all(len(set(r.per_step)) == 1 and r.steps == 4 for r in rows)
     assert any(r.zero_grad_share for r in rows)  # the sited backward counted zeros, as the full mode did
@@ -333,6 +347,25 @@ def test_stuck_open_is_the_measured_first_zero_of_the_format():
         (g,) = torch.autograd.grad(torch.sigmoid(v), v, torch.ones_like(v))
         assert (g.item() == 0.0) is dead
     assert gate_first_zero("softplus", "float32", "cpu").open_from is None  # σ → 1: a softplus never dies open
+
+
+@pytest.mark.parametrize("fn,dtype", [("sigmoid", torch.bfloat16), ("softplus", torch.float32)])
+def test_stuck_shut_under_a_small_upstream_is_where_that_upstream_s_gradient_dies(fn, dtype):
+    """Under an upstream g = 2⁻¹⁴ (in the format) the product with σ's derivative underflows before it does under 1:
+    from the looked-up input down to the format's end every gradient is exactly 0, and the next value up keeps one."""
+    name = str(dtype).removeprefix("torch.")
+    g = 2.0**-14
+    zone, one = gate_first_zero(fn, name, "cpu", g), gate_first_zero(fn, name, "cpu")
+    assert one.shut_from < zone.shut_from < 0 and f"--upstream {g!r}" in zone.source
+    ints = {torch.bfloat16: torch.int16, torch.float32: torch.int32}[dtype]
+    x = torch.tensor([zone.shut_from], dtype=dtype)
+    beyond = torch.linspace(zone.shut_from, -torch.finfo(dtype).max, 4097, dtype=torch.float64).to(dtype)
+    up = (x.view(ints) - 1).view(dtype)  # the next value towards 0
+    f = torch.sigmoid if fn == "sigmoid" else torch.nn.functional.softplus
+    for values, dead in ((beyond, True), (up, False)):
+        v = values.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(f(v), v, torch.full_like(v, g))
+        assert bool((grad == 0).all()) is dead and bool((grad == 0).any()) is dead
 
 
 class Gated(torch.nn.Module):

@@ -36,30 +36,38 @@ class DeadZoneMonitor(monitor.DeadZoneMonitor):
         super().__init__(keep_inputs, first_zero, **options)
 
 
-def gate_first_zero(fn: str, dtype: str, device: str):
-    """Where autograd's gradient through torch's eager ``fn`` is exactly 0 in ``dtype``: stuck open, stuck shut.
+def gate_first_zero(fn: str, dtype: str, device: str, upstream: float = 1.0):
+    """Where autograd's gradient through torch's eager ``fn`` is exactly 0 in ``dtype`` under the upstream gradient
+    ``upstream`` (rounded once to the format, as ``horizon --upstream`` takes it): stuck open, stuck shut, each the
+    input from which every gradient on that side is 0.
 
     Measured on this CPU (softcapgrad.stacks.gates, every value of the format); a softmax router's depends on
     its whole row, and another device's gate stacks are not measured here."""
+    from softcapgrad.laws import formats
+    from softcapgrad.stacks import gates
     from softcapgrad.training.gatehealth import GateZero
 
     if fn not in ("sigmoid", "softplus"):
         return GateZero(None, None, "no single input: a softmax's gradient depends on its whole row")
     if device != "cpu":
         return GateZero(None, None, f"not measured: the gate stacks are measured on the CPU, this ran on {device}")
-    return GateZero(*_gate_zero(fn, dtype), "measured: torch eager CPU (softcapgrad horizon --fn " + fn + ")")
+    g = gates.upstream_in(formats.resolve(dtype), upstream)
+    if not 0 < g < float("inf"):
+        return GateZero(None, None, f"not measured: an upstream gradient of {upstream!r} is {g!r} in {dtype}")
+    return GateZero(*_gate_zero(fn, dtype, g), f"measured: torch eager CPU (softcapgrad horizon --fn {fn} --dtype "
+                    f"{dtype}" + (f" --upstream {g!r})" if g != 1.0 else ")"))
 
 
 @functools.cache
-def _gate_zero(fn: str, dtype: str) -> tuple[float | None, float | None]:
+def _gate_zero(fn: str, dtype: str, g: float = 1.0) -> tuple[float | None, float | None]:
     from softcapgrad.laws import formats
     from softcapgrad.stacks import gates
 
     np_dtype = formats.resolve(dtype)
     ends = []
     for side in ("+", "−"):
-        switch = gates.first_zero(np_dtype, fn, side)
-        ends.append(None if switch.first_true is None else switch.first_true if side == "+" else -switch.first_true)
+        start = gates.first_zero(np_dtype, fn, side, g=g).run_start  # every gradient 0 from there (for g ≠ 1 the
+        ends.append(None if start is None else start if side == "+" else -start)  # first zero may be isolated)
     return ends[0], ends[1]
 
 

@@ -5,6 +5,8 @@ watched block closes.
     closed     y below 1e-3 of the gate's range;  saturated: y stored as exactly 0 or 1 (softplus: 0)
     total      Σ y in float64, for the mean gate;  low, high: the range of the input x
     backward   elements through the backward;      zero: exactly 0 there under a non-zero upstream gradient
+    upstream   the call's lower median |upstream gradient| over its non-zero elements (gaterows.upstream_median):
+               the gradient the row's stuck-open and stuck-shut inputs are looked up for
     zero_cast  the same count on the gradient the weights see: the gate's gradient cast back through every cast
                between the tensor a layer produced and the gate's input (``casts_back``; Laguna's softplus runs in
                float32 on g_proj's bfloat16 output, so a float32 subnormal σ(x)·g below bf16's least subnormal
@@ -23,13 +25,15 @@ would hold memory.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import operator
 from typing import Callable
 
 import torch
 
 from softcapgrad.training.gateheads import add_heads
-from softcapgrad.training.gaterows import CLOSED, Step, _closed, _saturated
+from softcapgrad.training.gaterows import CLOSED, Step, _closed, _saturated, below, upstream_median
 from softcapgrad.training.tally import _SMALL, _zero_grads
 
 
@@ -68,7 +72,7 @@ def _listed(s: Step, fn: str, xs: list[float], ys: list[float]) -> None:
     three or four reductions, each run cold between the model's kernels (compiled lfm3, two 64-element gates: the
     watched step's extra fell from about 0.2 to 0.15 ms). The sum is math.fsum's, correctly rounded, where
     torch's float64 sum is within (n − 1)·2⁻⁵³ of it, relatively; NaN anywhere makes the range NaN, as aminmax's."""
-    s.closed += 0 if min(ys) >= CLOSED else sum(1 for v in ys if v < CLOSED)  # min(ys): NaN, or the least number
+    s.closed += 0 if min(ys) >= CLOSED else below(ys)  # min(ys): NaN, or the least number
     s.saturated += ys.count(0.0) + (ys.count(1.0) if fn != "softplus" else 0)
     s.total += math.fsum(ys)
     finite = sum(xs)  # NaN when some x is NaN (or both infinities are there): then look
@@ -81,20 +85,56 @@ def count_backward(s: Step, fn: str, grad_output: torch.Tensor, grad_input: torc
     """Add the call's backward to the step's sums; ``casts``: the formats its gradient is cast to on its way back
     (``casts_back`` of the gate's input)."""
     s.backward += grad_input.numel()
+    if grad_input.device.type == "cpu" and grad_input.numel() <= _LISTED:  # as _listed: the definition, in floats
+        gi, go = grad_input.reshape(-1).tolist(), grad_output.reshape(-1).tolist()
+        _upstream(s, upstream_median(grad_output, go))
+        zero = _listed_zeros(gi, go)
+        s.zero += zero
+        if casts and not (len(casts) == 1 and min(filter(None, map(abs, gi)), default=math.inf) > _half_least(
+                casts[0])):  # filter(None, …): the zeros, which stay zeros, left out (NaN, kept, is never counted)
+            zero = _listed_zeros(grad_input.to(casts[0]).reshape(-1).tolist() if len(casts) == 1 else
+                                 _cast(grad_input, casts).reshape(-1).tolist(), go)
+        s.zero_cast += zero
+        return
+    _upstream(s, upstream_median(grad_output))
     zero = _zeros(fn, grad_output, grad_input)
     s.zero += zero
     if casts:
-        for dtype in casts:  # as ToCopyBackward casts: round to nearest even, one format after the other
-            grad_input = grad_input.to(dtype)
-        zero = _zeros(fn, grad_output, grad_input)
+        zero = _zeros(fn, grad_output, _cast(grad_input, casts))
     s.zero_cast += zero
+
+
+def _upstream(s: Step, median: float | None) -> None:
+    if median is not None:
+        s.upstream.append(median)
+
+
+def _cast(t: torch.Tensor, casts: tuple[torch.dtype, ...]) -> torch.Tensor:
+    for dtype in casts:  # as ToCopyBackward casts: round to nearest even, one format after the other
+        t = t.to(dtype)
+    return t
+
+
+@functools.cache
+def _half_least(dtype: torch.dtype) -> float:
+    """Half the least subnormal of ``dtype``: a number of greater magnitude rounds to a non-zero value of the format
+    (to nearest; one of exactly half rounds to even, 0), so where every |gradient| is greater, the cast to ``dtype``
+    makes no zero and the count is the one before it (the min of a list read NaN first is NaN: counted)."""
+    info = torch.finfo(dtype)
+    return info.smallest_normal * info.eps / 2
+
+
+def _listed_zeros(gi: list[float], go: list[float]) -> int:
+    """Elements of grad_input exactly 0 (±0) where grad_output is not, from their values as Python floats, in C's
+    loops: the upstream values where grad_input is falsy (±0; NaN is truthy), less those that are ±0 themselves."""
+    if 0.0 not in gi:  # == 0.0: ±0 (NaN never): most calls have no zero at all
+        return 0
+    under = list(itertools.compress(go, map(operator.not_, gi)))
+    return len(under) - under.count(0.0)
 
 
 def _zeros(fn: str, grad_output: torch.Tensor, grad_input: torch.Tensor) -> int:
     """Elements of grad_input exactly 0 (±0) where grad_output is not."""
-    if grad_input.device.type == "cpu" and grad_input.numel() <= _LISTED:  # as _listed: the definition, in floats
-        return sum(1 for i, o in zip(grad_input.reshape(-1).tolist(), grad_output.reshape(-1).tolist())
-                   if i == 0 and o != 0)
     if fn == "softmax":  # not elementwise: a zero upstream element does not give a zero gradient
         return int(torch.count_nonzero((grad_input == 0) & (grad_output != 0)))
     return int(_zero_grads(grad_output, grad_input))

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from softcapgrad.training.gaterows import CLOSED, closed_below
+from softcapgrad.training.gaterows import CLOSED, below, closed_below
 
 
 def head_count(module: torch.nn.Module | None, fn: str, n: int) -> int | None:
@@ -52,7 +52,7 @@ def add_heads(heads: list | None, y: torch.Tensor, h: int, closed: int, ys: list
         per = [ys[i::h] if k == 1 else list(itertools.chain.from_iterable(
             ys[r + i * k:r + (i + 1) * k] for r in range(0, len(ys), n))) for i in range(h)]
         totals = [math.fsum(p) for p in per]
-        shut = [sum(1 for v in p if v < CLOSED) for p in per] if closed else None
+        shut = [below(p) for p in per] if closed else None
     else:
         v = y.reshape(-1, h, y.shape[-1] // h)
         totals = torch.sum(v, dim=(0, 2), dtype=torch.float64).tolist()

@@ -17,9 +17,10 @@ A site whose mean fell 20 %, or closed share rose 0.01, from its first window to
 
 What counts as a gate follows the census (softcapgrad.models.contracts): a sigmoid multiplied by its own
 input (x·σ(αx): QuickGELU and friends) is an activation and is left out; a softmax is a router only when
-its output feeds a top-k (attention's softmax never does). ``first_zero(fn, dtype, device)`` gives each
-row the input from which the site's gradient is exactly 0 with the gate stuck open (σ stored as 1.0) and
-stuck shut; ``softcapgrad.stacks.watch.GateMonitor`` looks them up in the measured gate stacks.
+its output feeds a top-k (attention's softmax never does). ``first_zero(fn, dtype, device, upstream)`` gives
+each row the input from which the site's gradient is exactly 0 with the gate stuck open (σ stored as 1.0) and
+stuck shut, under the upstream gradient the site received (gaterows.upstream_median);
+``softcapgrad.stacks.watch.GateMonitor`` looks them up in the measured gate stacks.
 
 Compiled code: a gate inside a compiled region runs inside generated kernels the mode does not see. The
 in-graph counters of softcapgrad.training.ingraph (a pre-grad pass the monitor installs: create it before
@@ -49,7 +50,8 @@ from softcapgrad.training.gatecalls import GateCalls
 from softcapgrad.training.gategraph import FeedProbe, GraphWatch, graph_watch, unseen
 from softcapgrad.training.sited import SitedMode, SiteWatch
 from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lookup's shape: addressed here too
-    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, compiled_note, gate_report, no_gate_lookup, trend,
+    GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, compiled_note, gate_report, looked_up,
+    lower_median, no_gate_lookup, trend,
 )
 from softcapgrad.training.gatecount import Later, casts_back, compiled_output, count_backward, count_forward, small
 from softcapgrad.training.gateheads import head_count, merge, module_named, per_head
@@ -88,6 +90,7 @@ class GateMonitor(SitedMode):
         self._owners = Owners(models)
         self._history: dict[GateSite, list[tuple]] = {}
         self._ranges: dict[GateSite, list[float]] = {}
+        self._upstream: dict[GateSite, list[float]] = {}  # each backward call's upstream_median (gaterows.py)
         self._block: dict[GateSite, Step] = {}
         self._by_output: dict[int, GateSite] = {}  # σ / softmax output storage (softplus: input) -> its site
         self._own_input: dict[int, tuple] = {}  # σ output storage -> (its site, its input storages, the inputs kept
@@ -196,6 +199,7 @@ class GateMonitor(SitedMode):
                 r = self._ranges.setdefault(site, [s.low, s.high])
                 r[0], r[1] = min(r[0], s.low), max(r[1], s.high)
                 self._per_head[site] = merge(self._per_head.get(site), s.heads)
+                self._upstream.setdefault(site, []).extend(s.upstream)
         self._block = {}
 
     def step(self):
@@ -332,6 +336,7 @@ class GateMonitor(SitedMode):
                 self.activations.add((site.module, site.site))
                 self._block.pop(site, None)
                 self._history.pop(site, None)
+                self._upstream.pop(site, None)
 
     def _backward(self, fn: str, args, grad_input: torch.Tensor) -> None:
         site = self._by_output.get(args[1].data_ptr())
@@ -353,14 +358,10 @@ class GateMonitor(SitedMode):
         compiled = compiled_note(self._compiled.entered, bool(self.compiled_sites))
         return "; ".join(s for s in (compiled, unfound) if s) or None
 
-    def _zone(self, fn: str, dtype: str, device: str) -> GateZero:
-        key = (fn, dtype, device)
-        if key not in self._zones:  # measured by autograd: in a thread of its own, which no active mode watches
-            found: list = []
-            worker = threading.Thread(target=lambda: found.append(self.first_zero(fn, dtype, device)))
-            worker.start()
-            worker.join()
-            self._zones[key] = found[0] if found else GateZero(None, None, "the lookup failed")
+    def _zone(self, fn: str, dtype: str, device: str, upstream: float = 1.0) -> GateZero:
+        key = (fn, dtype, device, upstream)
+        if key not in self._zones:
+            self._zones[key] = looked_up(self.first_zero, *key)
         return self._zones[key]
 
     def trend(self, history: list[tuple]) -> str:
@@ -371,7 +372,8 @@ class GateMonitor(SitedMode):
         for site, history in self._history.items():
             count, closed, saturated, backward, zero, _, zero_cast = (sum(h[i] for h in history) for i in range(7))
             mean = sum(h[0] * h[5] for h in history) / count if count else 0.0
-            zone = self._zone(site.fn, site.dtype, site.device)
+            upstream = lower_median(self._upstream.get(site, ()))
+            zone = self._zone(site.fn, site.dtype, site.device, 1.0 if upstream is None else upstream)
             qualifier = self._owners.qualifier(site.model)
             low, high = self._ranges[site]
             rows.append(GateRow(
@@ -380,7 +382,8 @@ class GateMonitor(SitedMode):
                 saturated_share=saturated / count if count else 0.0,
                 zero_grad_share=zero / backward if backward else None, mean_gate=mean, trend=self.trend(history),
                 zero_grad_cast_share=zero_cast / backward if backward and self._casts.get(site) else None,
-                stuck_open_from=zone.open_from, stuck_shut_from=zone.shut_from, min_input=low, max_input=high,
+                stuck_open_from=zone.open_from, stuck_shut_from=zone.shut_from, upstream=upstream, min_input=low,
+                max_input=high,
                 source=zone.source, per_step=tuple(history), per_head=per_head(self._per_head.get(site), count)))
         return rows
 

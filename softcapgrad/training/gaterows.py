@@ -12,9 +12,11 @@ comparison). A call read out as Python floats compares so; a tensor compares in 
 
 from __future__ import annotations
 
+import bisect
 import functools
+import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -39,15 +41,45 @@ class GateZero:
     source: str
 
 
-GateZeroLookup = Callable[[str, str, str], GateZero]  # (fn, dtype, device)
+GateZeroLookup = Callable[[str, str, str, float], GateZero]  # (fn, dtype, device, upstream gradient)
 
 
-def no_gate_lookup(fn: str, dtype: str, device: str) -> GateZero:
+def no_gate_lookup(fn: str, dtype: str, device: str, upstream: float = 1.0) -> GateZero:
     return GateZero(None, None, "not looked up")
 
 
-@dataclass(frozen=True)
-class GateSite:
+def looked_up(first_zero: GateZeroLookup, fn: str, dtype: str, device: str, upstream: float) -> GateZero:
+    """``first_zero``'s answer, measured by autograd in a thread of its own, which no active mode watches."""
+    found: list = []
+    worker = threading.Thread(target=lambda: found.append(first_zero(fn, dtype, device, upstream)))
+    worker.start()
+    worker.join()
+    return found[0] if found else GateZero(None, None, "the lookup failed")
+
+
+def lower_median(values) -> float | None:
+    """The ⌈n/2⌉-th smallest of ``values`` (torch.median's choice: a value that occurred); None: none."""
+    values = sorted(values)
+    return values[(len(values) - 1) // 2] if values else None
+
+
+def upstream_median(grad_output: torch.Tensor, listed: list[float] | None = None) -> float | None:
+    """The lower median of |upstream gradient| over a call's elements that are neither 0 nor NaN (those whose zero
+    gradient counts), in the gradient's format; None: no such element. ``listed``: its values as Python floats."""
+    if listed is None:
+        a = grad_output.detach().abs().reshape(-1)
+        a = a[a > 0]  # NaN > 0 is false
+        return torch.median(a).item() if a.numel() else None
+    a = list(map(abs, listed))
+    total = sum(a)
+    if total != total:  # a NaN somewhere (|v| ≥ 0: no ∞ − ∞), which would leave the sort's order undefined
+        a = [v for v in a if v == v]
+    a.sort()
+    k = bisect.bisect_right(a, 0.0)
+    return a[k + (len(a) - k - 1) // 2] if len(a) > k else None
+
+
+class GateSite(NamedTuple):  # not a dataclass: a gate call hashes its site a few times, and a tuple's hash is C's
     model: int
     module: str
     site: str
@@ -73,6 +105,7 @@ class GateRow:
     trend: str  # closing | steady | "—" (fewer than WINDOWS windows)
     stuck_open_from: float | None  # the input from which the gradient is exactly 0, the gate stuck open
     stuck_shut_from: float | None
+    upstream: float | None  # the upstream gradient the two columns above are for (None: no backward seen; 1 assumed)
     min_input: float
     max_input: float
     source: str
@@ -83,13 +116,15 @@ class GateRow:
 class Step:
     """One site's sums in one watched step (numbers: every count here is read on the CPU, or once per op)."""
 
-    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "zero_cast", "low", "high", "heads")
+    __slots__ = ("count", "closed", "saturated", "total", "backward", "zero", "zero_cast", "low", "high", "heads",
+                 "upstream")
 
     def __init__(self) -> None:
         self.count = self.closed = self.saturated = self.backward = self.zero = self.zero_cast = 0
         self.total = 0.0
         self.low, self.high = float("inf"), float("-inf")
         self.heads: list | None = None  # a per-head gate's [closed per head, Σ y per head] (gateheads.py)
+        self.upstream: list[float] = []  # each call's upstream_median
 
 
 def trend(history: list[tuple], window: int) -> str:
@@ -109,6 +144,11 @@ def trend(history: list[tuple], window: int) -> str:
     falls = means[1] <= (1.0 - FALL) * means[0]
     rises = closed[1] - closed[0] >= RISE
     return "closing" if falls or rises else "steady"
+
+
+def below(values: list[float]) -> int:
+    """How many of ``values`` (Python floats) are below CLOSED, in C's loop: CLOSED > v (False for NaN)."""
+    return sum(map(CLOSED.__gt__, values))
 
 
 @functools.cache
@@ -158,8 +198,8 @@ def _share(rows: list[dict], key: str) -> str:
 
 GATE_COLUMNS = ("module", "fn", "dtype", "closed_share", "saturated_share", "zero_grad_share", "mean_gate",
                 "trend")
-GATE_WIDE = ("zero_grad_cast_share", "site", "steps", "count", "stuck_open_from", "stuck_shut_from", "min_input",
-             "max_input", "source")
+GATE_WIDE = ("zero_grad_cast_share", "site", "steps", "count", "stuck_open_from", "stuck_shut_from", "upstream",
+             "min_input", "max_input", "source")
 GATE_NOTES = (
     f"closed: share below {CLOSED:g} of the gate's range (softplus: below {CLOSED:g}); saturated: stored as exactly "
     "0 or 1 (softplus: 0); zero grad: share of the backward's elements exactly 0 where the upstream gradient was "
@@ -168,9 +208,11 @@ GATE_NOTES = (
     "steps, per step in the JSON (per_step: count, closed, saturated, backward count, zero grad, mean, zero grad "
     "cast back); a gate per attention head has per_head in the JSON: each head's mean and closed share",
     f"trend: closing when, from the first window of watched steps to the last, the mean fell by {FALL:.0%} or more "
-    f"or the closed share rose by {RISE:g} or more ({WINDOWS} windows at least; — before that); stuck open from: "
-    "the input from which autograd's gradient is exactly 0 with the gate open (σ stored as 1.0; a softplus gate's "
-    "never dies open)",
+    f"or the closed share rose by {RISE:g} or more ({WINDOWS} windows at least; — before that); stuck open from, "
+    "stuck shut from: the input from which autograd's gradient is exactly 0 with the gate open (σ stored as 1.0; a "
+    "softplus gate's never dies open) and shut, under the upstream gradient the site received: upstream, the lower "
+    "median of |upstream| over each backward call's non-zero elements, then over its calls (1 where no backward was "
+    "seen: compiled code, a forward alone)",
 )
 
 
