@@ -197,3 +197,27 @@ def test_gates_only_arms_are_paired():
 def test_bad_scenario_is_one_line_exit_2(cli):
     code, _, _, err = cli("tether-experiment", "--scenario", "frozen", "--out", "none")
     assert code == 2 and "--scenario frozen" in err and err.count("\n") == 1
+
+
+def test_readme_sentence_is_the_committed_results():
+    """README's sentence on the experiment: every figure from results/tether-collapse.json and tether-experiment.json."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    root = Path(__file__).resolve().parents[1]
+    new, old = (json.loads((root / "results" / f"{n}.json").read_text()) for n in ("tether-collapse", "tether-experiment"))
+    pair = {p["pair"]: p for p in new["pairs"]}
+    first = next(p for p in old["pairs"] if p["pair"] == "plain ÷ tether")["steps"]
+    said = (f"(`tether-experiment --scenario gates-only`, {len(new['design']['seeds'])} seeds), the patch left "
+            f"{100 * np.mean(new['arms']['tether']['closed_share']):.1f} % shut to their "
+            f"{100 * np.mean(new['arms']['plain']['closed_share']):.1f} % (Wilcoxon p = "
+            f"{pair['plain ÷ tether']['closed']['wilcoxon_p']:.2g}), recovered "
+            f"{100 * (pair['plain ÷ tether']['steps']['geomean'] - 1):.1f} % sooner (p = "
+            f"{pair['plain ÷ tether']['steps']['wilcoxon_p']:.2g}) but lost to re-initialised gates (p = "
+            f"{pair['reinit ÷ tether']['steps']['wilcoxon_p']:.2g}); where none close, "
+            f"{100 * (first['geomean'] - 1):.1f} % sooner (p = {first['wilcoxon_p']:.2g};")
+    assert pair["reinit ÷ tether"]["steps"]["high"] < 1 and max(old["arms"]["plain"]["closed_share"]) == 0
+    text = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert said in text
