@@ -148,13 +148,17 @@ def _cpu(resource) -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-TETHER_FILES = ("tether-experiment.json", "tether-experiment.md", "figures/tether-experiment.png")
+TETHER_SCENARIOS = ("train-all", "gates-only")  # tether_design.SCENARIOS, without importing it here
 TETHER_BUDGET = f"at most {BUDGET_STEPS:,} training steps in all (seeds × arms × steps)"
 
 
 def tether_experiment(
     quick: Annotated[bool, typer.Option("--quick", help="The same design with 2 seeds and fewer steps (under a "
                                                         "minute).")] = False,
+    scenario: Annotated[str, typer.Option("--scenario", help="train-all (every weight trains in phase A; "
+                                                             "results/tether-experiment.*) or gates-only (phase A "
+                                                             "trains the gates alone; results/tether-collapse.*)."
+                                          )] = "train-all",
     seeds: Annotated[Optional[int], typer.Option("--seeds", callback=Bound(1, 10_000, TETHER_BUDGET),
                                                  help="Number of seeds, 1 to 10,000 (seeds 0 to N − 1; default 24, "
                                                       f"--quick 2); {TETHER_BUDGET}.")] = None,
@@ -162,9 +166,8 @@ def tether_experiment(
                                                  help="Most steps after the switch, 1 to 1,000,000 (default 200, "
                                                       f"--quick 60); {TETHER_BUDGET}.")] = None,
     out: Annotated[Optional[Path], typer.Option(parser=path_given, callback=out_folder, metavar="<path>",
-                                                help="Folder for tether-experiment.json, .md and "
-                                                     "figures/tether-experiment.png (default results; 'none' writes "
-                                                     "nothing).")] = Path("results"),
+                                                help="Folder for the scenario's .json, .md and figure (default "
+                                                     "results; 'none' writes nothing).")] = Path("results"),
     force: Force = False,
     json_out: Json = False,
     wide: Wide = False,
@@ -174,9 +177,14 @@ def tether_experiment(
     def build() -> Report:
         import importlib.util
 
-        from softcapgrad.experiments.tether_design import DESIGN, QUICK, STEP_SECONDS as STEP_S, within_budget
+        from softcapgrad.experiments.tether_design import FILE_STEM, SCENARIOS, STEP_SECONDS as STEP_S, within_budget
 
-        design = QUICK if quick else DESIGN
+        if scenario not in SCENARIOS:
+            raise InputError(f"--scenario {scenario}: not a scenario; {one_of(tuple(SCENARIOS))}")
+        full, short = SCENARIOS[scenario]
+        stem = FILE_STEM[scenario]
+        names = (f"{stem}.json", f"{stem}.md", f"figures/{stem}.png")
+        design = short if quick else full
         if seeds is not None:
             design = design.with_(seeds=tuple(range(seeds)))
         if steps is not None:
@@ -189,8 +197,8 @@ def tether_experiment(
         target = out
         if target is not None:
             writable_folder(target, "--out")
-            check_targets([target / f for f in TETHER_FILES], "--out")
-            if design != DESIGN and not force and _tether_full(target):
+            check_targets([target / f for f in names], "--out")
+            if design != full and not force and _tether_full(target / names[0], full):
                 raise InputError(f"--out {target} holds the full run's results; a --quick or partial run does not "
                                  "replace them: pass --force, or another --out")
         import json
@@ -209,10 +217,9 @@ def tether_experiment(
         wall, cpu = time.perf_counter() - wall, _cpu(resource) - cpu
         note = [f"the run took {wall:.0f} s wall and {cpu:.0f} s CPU"]
         if target is not None:
-            files = result_set(target, {"tether-experiment.json": json.dumps(res, indent=1, sort_keys=True) + "\n",
-                                        "tether-experiment.md": report.markdown(res, design)},
-                               "figures/tether-experiment.png", lambda: report.figure(res))
-            if target / "figures" / "tether-experiment.png" not in files:
+            files = result_set(target, {names[0]: json.dumps(res, indent=1, sort_keys=True) + "\n",
+                                        names[1]: report.markdown(res, design)}, names[2], lambda: report.figure(res))
+            if target / names[2] not in files:
                 note.append("matplotlib is not installed: no figure drawn")
             note.append("written: " + ", ".join(str(p) for p in replace_all(files, target)))
         else:
@@ -222,15 +229,13 @@ def tether_experiment(
     emit(build, json_out, wide, command="tether-experiment")
 
 
-def _tether_full(target: Path) -> bool:
-    """Whether ``target`` holds a full default tether-experiment run."""
+def _tether_full(path: Path, full) -> bool:
+    """Whether ``path`` holds a full run of the scenario whose full design is ``full``."""
     import json
 
-    from softcapgrad.experiments.tether_design import DESIGN
-
     try:
-        res = json.loads((target / "tether-experiment.json").read_text())
-        return res["quick"] is False and tuple(res["design"]["seeds"]) == DESIGN.seeds and \
-            res["design"]["steps_b"] == DESIGN.steps_b
+        res = json.loads(path.read_text())
+        return res["quick"] is False and tuple(res["design"]["seeds"]) == full.seeds and \
+            res["design"]["steps_b"] == full.steps_b
     except (OSError, ValueError, KeyError, TypeError):
         return False

@@ -82,6 +82,17 @@ def verdict(low: float, high: float, point: float) -> str:
     return f"no cost larger than {100 * (high - 1):.1f} % (interval {low:.4g}–{high:.4g})"
 
 
+def signed_rank_p(x) -> float | None:
+    """Two-sided Wilcoxon signed-rank p of paired differences ``x`` (scipy's ``wilcoxon``, zeros dropped: exact
+    without ties or zeros, else the normal approximation with its tie correction); None when every x is 0."""
+    x = np.asarray(x, dtype=np.float64)
+    if not np.any(x != 0):
+        return None
+    from scipy.stats import wilcoxon
+
+    return round(float(wilcoxon(x, zero_method="wilcox").pvalue), 6)
+
+
 def paired(a: list[int], b: list[int], resamples: int, confidence: float, seed: int) -> Paired:
     """Per-seed ratios a_i / b_i (paired by seed): geometric mean, bootstrap interval, signs, Wilcoxon."""
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -95,11 +106,7 @@ def paired(a: list[int], b: list[int], resamples: int, confidence: float, seed: 
     tail = (1.0 - confidence) / 2.0
     low, high = (float(np.exp(q)) for q in np.quantile(logs[idx].mean(axis=1), [tail, 1.0 - tail]))
     point = float(np.exp(logs.mean()))
-    p = None
-    if np.any(logs != 0):
-        from scipy.stats import wilcoxon
-
-        p = round(float(wilcoxon(logs, zero_method="wilcox").pvalue), 6)
+    p = signed_rank_p(logs)
     return Paired([round(float(r), 6) for r in x / y], round(point, 6), round(low, 6), round(high, 6),
                   int((logs > 0).sum()), int((logs == 0).sum()), int((logs < 0).sum()), p,
                   verdict(low, high, point))

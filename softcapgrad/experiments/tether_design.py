@@ -57,6 +57,9 @@ class Design:
     bootstrap_seed: int = 0
     threads: int = 1
     quick: bool = False
+    scenario: str = "train-all"  # the name of the scenario: "train-all" (the first design) or "gates-only"
+    train_a: str = "all"  # what phase A updates: "all" parameters, or "gates" only (q_proj's gate rows, θ)
+    probe_observes: bool = True  # the phase-B probe forward updates the tether gates' EMA (the first design ran so)
 
     def with_(self, **changes) -> "Design":
         return replace(self, **changes)
@@ -64,6 +67,12 @@ class Design:
 
 DESIGN = Design()
 QUICK = Design(steps_a=40, steps_b=60, seeds=(0, 1), every=20, bootstrap=500, quick=True)
+# gates-only (issue 54): phase A updates only the gates, so closing them is the only way to quiet the branch; lr and
+# phase A's length from the pilots on seeds 1000 and 1001 (docs/tether-experiment.md, "gates-only")
+COLLAPSE = Design(scenario="gates-only", train_a="gates", probe_observes=False, steps_a=300, lr=3e-2)
+COLLAPSE_QUICK = COLLAPSE.with_(steps_a=60, steps_b=60, seeds=(0, 1), every=20, bootstrap=500, quick=True)
+SCENARIOS = {"train-all": (DESIGN, QUICK), "gates-only": (COLLAPSE, COLLAPSE_QUICK)}
+FILE_STEM = {"train-all": "tether-experiment", "gates-only": "tether-collapse"}
 
 STEP_SECONDS = 0.025  # one step of this model on one loaded core, as the pilots measured (about 25 ms)
 BUDGET_STEPS = EXPERIMENT_BUDGET_STEPS
@@ -88,6 +97,8 @@ def within_budget(design: Design, what: str) -> tuple[int, float]:
 
 def lines(d: Design) -> list[str]:
     """The design as Markdown bullet lines."""
+    if d.train_a == "gates":
+        return _gates_only_lines(d)
     return [
         f"- Model: transformers' `Qwen3NextForCausalLM`, {d.layers} layers, all full attention (gated: the output of "
         f"each head's channels × σ(gate), gate the second half of q_proj's output), hidden {d.hidden}, {d.heads} "
@@ -123,4 +134,57 @@ def lines(d: Design) -> list[str]:
         f"{d.bootstrap_seed}); (b) per-seed step ratios " + ", ".join(f"{a} ÷ {b}" for a, b in PAIRS) + ": their "
         "geometric mean with the same bootstrap, the seeds slower / tied / faster and scipy's Wilcoxon signed-rank "
         "test. Verdict from the interval only.",
+    ]
+
+
+def _statistics(d: Design) -> str:
+    return (f"- Statistics, paired by seed: (a) the mean difference in the share closed, with a {d.confidence:.0%} "
+            f"percentile bootstrap interval over seeds ({d.bootstrap} resamples, numpy generator seeded "
+            f"{d.bootstrap_seed}) and the two-sided Wilcoxon signed-rank p of the per-seed differences; (b) per-seed "
+            "step ratios " + ", ".join(f"{a} ÷ {b}" for a, b in PAIRS) + ": their geometric mean with the same "
+            "bootstrap, the seeds slower / tied / faster and the Wilcoxon signed-rank p of the log ratios (scipy's "
+            "`wilcoxon`, zeros dropped: exact without ties or zeros, else the normal approximation with its tie "
+            "correction). Verdict from the interval; the p beside it.")
+
+
+def _gates_only_lines(d: Design) -> list[str]:
+    """The gates-only scenario (issue 54): the same model, task and arms; phase A trains the gates alone."""
+    return [
+        f"- Scenario {d.scenario}: the train-all design's model, batches and tasks (below), but phase A updates only "
+        "the gates' parameters, so closing them is the one way the loss can quiet the branch (with every weight "
+        "trained, o_proj, v_proj, q/k and the embeddings silence it first and no gate closes).",
+        f"- Model: transformers' `Qwen3NextForCausalLM`, {d.layers} layers, full attention (output × σ(gate), gate "
+        f"the second half of each head's q_proj rows), hidden {d.hidden}, {d.heads} heads ({d.kv_heads} key-value), "
+        f"head dim {d.head_dim}, dense MLP {d.intermediate}, vocabulary {d.vocab}, eager, fp32, attention bias on; "
+        f"{d.layers} × {d.heads * d.head_dim} gates; o_proj's initial weights × {d.branch_scale:g} (the branch hurts "
+        f"at initialisation). torch threads: {d.threads}.",
+        f"- Batches: {d.batch} × {d.seq} uniform random tokens from (seed, phase, step) only: every arm of a seed "
+        "sees the same batches.",
+        f"- Phase A, {d.steps_a} steps (the branch useless): target π(x_t), π a seeded permutation, replaced by a "
+        f"uniform token with probability {d.label_noise:g}. AdamW (lr {d.lr:g}, weight decay {d.weight_decay:g}) "
+        "over q_proj's gate rows and their bias, and the tether arm's θ; every other weight, the query rows of "
+        "q_proj included, stays at its initial value.",
+        f"- Phase B, at most {d.steps_b} steps (the branch needed): target x_(t−1) at positions ≥ 1; a fresh AdamW "
+        f"(lr {d.lr:g}, weight decay {d.weight_decay:g}) over every parameter, for every arm.",
+        "- Arms (same initialisation, same batches): " + "; ".join(f"{a}: {ARM_TEXT[a]}" for a in d.arms)
+        + ". The reinit arm is the plain arm's state at the switch with the gate rows put back (phase B's "
+        "optimizer is fresh for every arm, so nothing else differs).",
+        "- The tether arm's EMA observes each training batch once: phase B's probe forward (the loss read before "
+        "each update, to detect recovery) runs with the tether gates in eval mode.",
+        f"- (a) Closed before the branch is needed: a gate whose mean opening over the last phase-A batch is below "
+        f"{d.closed_below:g} × its mean opening over the first batch (the branch then carries under a quarter of "
+        "what it carried); the share of the " f"{d.layers * d.heads * d.head_dim} gates closed, per seed. The line "
+        "from the pilot: there the plain gates' median ratio at the switch was 0.25–0.30, so the line sits in the "
+        "middle of where plain gates end, not at the edge of what the steps can reach, and 0.8–2.3 % of the "
+        "tether gates crossed it.",
+        f"- (b) Recovered: the first phase-B step whose batch, before its update, has a mean loss ≤ "
+        f"{d.recover_loss:g} nats; steps-to-recover counts the updates before it; censored at {d.steps_b}.",
+        f"- Gate health one step in {d.every}: the mean opening, the share closed and DeadZoneMonitor's rows for the "
+        "gates' sigmoid.",
+        f"- Seeds: {', '.join(map(str, d.seeds))} ({len(d.seeds)}). Pilots on seeds 1000 and 1001 (never reported) "
+        "chose phase A's length and lr: 150 steps at lr 0.01 (the train-all design's) left 0.8 % and 1.6 % of the "
+        "plain gates below the line; 400 at 0.01, 27–37 %; 150 at 0.03, 13–14 %; 300 at 0.03, 42–50 % (tether "
+        "0.8–2.3 %), and with o_proj × 30 34–47 %; 600 at 0.03, 47–49 %. 300 steps at 0.03 was the shortest "
+        "setting past 40 %; there phase B recovered in 41–56 steps in every arm, well inside its budget.",
+        _statistics(d),
     ]

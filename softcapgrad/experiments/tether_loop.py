@@ -119,6 +119,53 @@ class _Openings:
             h.remove()
 
 
+class GatesOnly:
+    """Phase A of the gates-only scenario: AdamW over the gates' parameters alone (q_proj's gate rows and their bias;
+    the tether arm's θ too), every other weight held where it started. The query rows of q_proj share its tensor:
+    their gradient is zeroed and AdamW's decoupled weight decay on them undone after each step (put back exactly)."""
+
+    def __init__(self, model, d: Design) -> None:
+        import torch
+
+        self.model, self.d = model, d
+        rows = torch.from_numpy(gate_rows(d))
+        self.keep = torch.ones(2 * d.heads * d.head_dim, dtype=torch.bool)
+        self.keep[rows] = False  # True: a query row, held
+        self.held, self.hooks, train = [], [], []
+        for name, p in model.named_parameters():
+            if ".q_proj." in name:
+                mask = (~self.keep).to(p.dtype).reshape(-1, *([1] * (p.dim() - 1)))
+                self.hooks.append(p.register_hook(lambda g, m=mask: g * m))
+                self.held.append((p, p.detach()[self.keep].clone()))
+                train.append(p)
+            elif name.endswith("tether_gate.theta"):
+                train.append(p)
+            else:
+                p.requires_grad_(False)
+        self.opt = torch.optim.AdamW(train, lr=d.lr, weight_decay=d.weight_decay)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        import torch
+
+        self.opt.step()
+        with torch.no_grad():
+            for p, values in self.held:
+                p[self.keep] = values
+
+    def release(self):
+        """Every parameter trainable again; phase B's optimizer (fresh AdamW over all of them)."""
+        import torch
+
+        for h in self.hooks:
+            h.remove()
+        for p in self.model.parameters():
+            p.requires_grad_(True)
+        return torch.optim.AdamW(self.model.parameters(), lr=self.d.lr, weight_decay=self.d.weight_decay)
+
+
 def _step(model, opt, tether, x, y, t: int, d: Design, monitor=None) -> float:
     import torch
 
@@ -171,16 +218,24 @@ def _phase(model, opt, tether, d: Design, seed: int, phase: int, steps: int, fir
 
 
 def _probe_then_step(model, opt, tether, x, y, t, d: Design, stop: bool) -> tuple[float, bool]:
-    """The batch's loss before its update; phase B: recovered batches are not stepped on. The probe forward runs in
-    training mode, so in phase B the tether arm's gates observe each batch twice (its EMA decays by 0.99² a step, the
-    other arms have no EMA): kept as the committed results ran it, and said in docs/tether-experiment.md."""
+    """The batch's loss before its update; phase B: recovered batches are not stepped on. With
+    ``d.probe_observes`` (the train-all design, as its committed results ran) the probe forward runs in training
+    mode, so in phase B the tether arm's gates observe each batch twice (its EMA decays by 0.99² a step, the other
+    arms have no EMA); without it the tether gates are in eval mode for the probe and the EMA sees each batch once."""
     import torch
 
     if stop:
-        with torch.no_grad():
-            z = model(input_ids=torch.from_numpy(x)).logits
-            loss = float(torch.nn.functional.cross_entropy(z.reshape(-1, z.shape[-1]),
-                                                           torch.from_numpy(y).reshape(-1), ignore_index=-100))
+        quiet = [] if tether is None or d.probe_observes else [g for g in tether.gates if g.training]
+        for g in quiet:
+            g.eval()
+        try:
+            with torch.no_grad():
+                z = model(input_ids=torch.from_numpy(x)).logits
+                loss = float(torch.nn.functional.cross_entropy(z.reshape(-1, z.shape[-1]),
+                                                               torch.from_numpy(y).reshape(-1), ignore_index=-100))
+        finally:
+            for g in quiet:
+                g.train()
         if loss <= d.recover_loss:
             return loss, True
     loss = _step(model, opt, tether, x, y, t, d)
@@ -201,7 +256,8 @@ def run_seed(d: Design, seed: int, advance=lambda n=1: None) -> list[Run]:
         model = fresh(d, seed)
         model.train()
         tether = patch_gates(model) if arm == "tether" else None
-        opt = torch.optim.AdamW(model.parameters(), lr=d.lr, weight_decay=d.weight_decay)
+        opt = GatesOnly(model, d) if d.train_a == "gates" else \
+            torch.optim.AdamW(model.parameters(), lr=d.lr, weight_decay=d.weight_decay)
         watch = _Openings(model, d)
         with torch.no_grad():
             model(input_ids=torch.from_numpy(batch(d, seed, 0, 0)[0]))
@@ -212,6 +268,8 @@ def run_seed(d: Design, seed: int, advance=lambda n=1: None) -> list[Run]:
             model(input_ids=torch.from_numpy(batch(d, seed, 0, d.steps_a - 1)[0]))
         g = watch.now()
         closed, opening = float((g < d.closed_below * first).double().mean()), float(g.mean())
+        if isinstance(opt, GatesOnly):  # phase B: every parameter, a fresh AdamW (for every arm)
+            opt = opt.release()
         if arm == "plain" and "reinit" in d.arms:
             forks = {"model": copy.deepcopy(model.state_dict()), "opt": copy.deepcopy(opt.state_dict()),
                      "health": list(health), "loss_a": list(loss_a), "closed": closed, "opening": opening}

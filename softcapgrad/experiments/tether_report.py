@@ -31,10 +31,11 @@ def measure(design: Design) -> list[Run]:
 
 
 def difference(a: list[float], b: list[float], d: Design) -> dict:
-    """Mean of the paired differences a_i − b_i with a percentile bootstrap interval over seeds."""
+    """Mean of the paired differences a_i − b_i with a percentile bootstrap interval over seeds, and their Wilcoxon
+    signed-rank p."""
     x = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     if len(x) == 0:
-        return {"mean": None, "low": None, "high": None, "verdict": "no seeds"}
+        return {"mean": None, "low": None, "high": None, "verdict": "no seeds", "wilcoxon_p": None}
     rng = np.random.default_rng(d.bootstrap_seed)
     means = x[rng.integers(0, len(x), size=(d.bootstrap, len(x)))].mean(axis=1)
     tail = (1.0 - d.confidence) / 2.0
@@ -46,7 +47,8 @@ def difference(a: list[float], b: list[float], d: Design) -> dict:
         word = "lower"
     else:
         word = "no difference the interval resolves"
-    return {"mean": round(mean, 6), "low": round(low, 6), "high": round(high, 6), "verdict": word}
+    return {"mean": round(mean, 6), "low": round(low, 6), "high": round(high, 6), "verdict": word,
+            "wilcoxon_p": stats.signed_rank_p(x)}
 
 
 def _counted(runs: list[Run], budget: int) -> list[int]:
@@ -71,7 +73,7 @@ def results(runs: list[Run], design: Design) -> dict:
                              design.confidence, design.bootstrap_seed)
             pairs.append({"pair": f"{a} ÷ {b}", "closed": difference(closed[a], closed[b], design),
                           "opening": difference(opening[a], opening[b], design), "steps": asdict(p)})
-    res = {"design": asdict(design), "model": TINY, "quick": design.quick, "arms": arms, "pairs": pairs,
+    res = {"design": asdict(design), "model": TINY, "quick": design.quick, "scenario": design.scenario, "arms": arms, "pairs": pairs,
            "provenance": provenance(design)}
     res["verdict"] = {"answer": answer(res, design)}
     return res
@@ -85,11 +87,13 @@ def answer(res: dict, d: Design) -> list[str]:
     arms, n = res["arms"], len(d.seeds)
     out = []
     if "plain" in arms:
-        plain = arms["plain"]
-        out.append(f"Over {n} seeds, {_share(plain['closed_share'])} of the plain model's gates were closed when the "
-                   f"branch became needed (mean opening {np.mean(plain['opening']):.3f})"
+        plain, c = arms["plain"], next((p["closed"] for p in res["pairs"] if p["pair"] == "plain ÷ tether"), None)
+        out.append(f"Over {n} seeds ({d.scenario}), {_share(plain['closed_share'])} of the plain model's gates were "
+                   f"closed when the branch became needed (mean opening {np.mean(plain['opening']):.3f})"
                    + (f", {_share(arms['tether']['closed_share'])} under the TetherGate patch (mean opening "
-                      f"{np.mean(arms['tether']['opening']):.3f})." if "tether" in arms else "."))
+                      f"{np.mean(arms['tether']['opening']):.3f}; paired plain − tether {_pp(c['mean'])} points, "
+                      f"{d.confidence:.0%} interval {_pp(c['low'])}–{_pp(c['high'])}, Wilcoxon p {_p(c['wilcoxon_p'])})."
+                      if "tether" in arms and c is not None else "."))
     for name, what in (("plain ÷ tether", "against the TetherGate patch"),
                        ("plain ÷ reinit", "against the control that only re-initialises the gates")):
         p = next((p for p in res["pairs"] if p["pair"] == name), None)
@@ -98,8 +102,16 @@ def answer(res: dict, d: Design) -> list[str]:
             out.append(f"Steps to recover the loss after the switch, plain {what}: {ratio_words(s)} (geometric mean "
                        f"of the paired per-seed ratios {s['geomean']:.3f}, {d.confidence:.0%} interval "
                        f"{s['low']:.3f}–{s['high']:.3f}; {s['slower']} seeds slower, {s['tied']} tied, "
-                       f"{s['faster']} faster).")
+                       f"{s['faster']} faster; Wilcoxon p {_p(s['wilcoxon_p'])}).")
     return out
+
+
+def _pp(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _p(p: float | None) -> str:
+    return "—" if p is None else f"= {p:.3g}"
 
 
 def ratio_words(s: dict) -> str:
@@ -115,7 +127,8 @@ def _row(p: dict) -> dict:
     s, c = p["steps"], p["closed"]
     return {"pair": p["pair"], "step_ratio": s["geomean"], "low": s["low"], "high": s["high"],
             "slow_tie_fast": f"{s['slower']}/{s['tied']}/{s['faster']}", "closed_diff": c["mean"],
-            "opening_diff": p["opening"]["mean"], "wilcoxon_p": s["wilcoxon_p"], "verdict": s["verdict"]}
+            "opening_diff": p["opening"]["mean"], "wilcoxon_p": s["wilcoxon_p"], "closed_p": c.get("wilcoxon_p"),
+            "verdict": s["verdict"]}
 
 
 def _arm_row(name: str, a: dict, budget: int) -> dict:
@@ -128,11 +141,12 @@ def tether_report(res: dict, note: tuple[str, ...] = ()) -> Report:
     d = res["design"]
     return Report(
         command="tether-experiment",
-        params={"quick": res["quick"], "seeds": d["seeds"], "arms": d["arms"], "model": res["model"]},
+        params={"quick": res["quick"], "scenario": d.get("scenario", "train-all"), "seeds": d["seeds"],
+                "arms": d["arms"], "model": res["model"]},
         tables=(Table("pairs", "paired by seed: steps to recover (ratio), gates closed at the switch (difference)",
                       [_row(p) for p in res["pairs"]],
                       ("pair", "step_ratio", "low", "high", "slow_tie_fast", "closed_diff"),
-                      wide=("opening_diff", "wilcoxon_p", "verdict")),
+                      wide=("opening_diff", "wilcoxon_p", "closed_p", "verdict")),
                 Table("rows", "per arm: gates closed and mean opening at the switch, steps to recover",
                       [_arm_row(k, v, d["steps_b"]) for k, v in res["arms"].items()],
                       ("arm", "closed_share", "opening", "median_steps", "recovered"), wide=("budget",))),
@@ -140,14 +154,22 @@ def tether_report(res: dict, note: tuple[str, ...] = ()) -> Report:
 
 
 def markdown(res: dict, design: Design) -> str:
-    out = ["# tether-experiment: does the TetherGate patch keep gates from collapsing?", "",
-           *res["verdict"]["answer"], "", "## Design (fixed before the run)", "", *lines(design), "",
-           "## Results, paired by seed", "", "| pair | step ratio | interval | slower/tied/faster | closed share, "
-           "difference | mean opening, difference |", "| --- | --- | --- | --- | --- | --- |"]
+    gates = design.train_a == "gates"
+    out = [f"# tether-experiment{' --scenario gates-only' if gates else ''}: does the TetherGate patch keep gates "
+           "from collapsing?", "", *res["verdict"]["answer"], "", "## Design (fixed before the run)", "",
+           *lines(design), "", "## Results, paired by seed", ""]
+    if gates:  # with the p-values (the train-all results keep the table they were committed with)
+        out += ["| pair | step ratio | interval | slower/tied/faster | p | closed share, difference | p | mean "
+                "opening, difference |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    else:
+        out += ["| pair | step ratio | interval | slower/tied/faster | closed share, difference | mean opening, "
+                "difference |", "| --- | --- | --- | --- | --- | --- |"]
     for p in res["pairs"]:
         s, c, o = p["steps"], p["closed"], p["opening"]
+        ps = (f" {s['wilcoxon_p']} |", f" {c['wilcoxon_p']} |") if gates else ("", "")
         out.append(f"| {p['pair']} | {s['geomean']} | {s['low']}–{s['high']} | {s['slower']}/{s['tied']}/"
-                   f"{s['faster']} | {c['mean']} ({c['low']}–{c['high']}) | {o['mean']} ({o['low']}–{o['high']}) |")
+                   f"{s['faster']} |{ps[0]} {c['mean']} ({c['low']}–{c['high']}) |{ps[1]} {o['mean']} "
+                   f"({o['low']}–{o['high']}) |")
     out += ["", "| arm | closed share at the switch | mean opening | median steps to recover | recovered |",
             "| --- | --- | --- | --- | --- |"]
     for name, a in res["arms"].items():
@@ -188,6 +210,7 @@ def figure(res: dict):
     for ax in (left, right):
         ax.tick_params(labelsize=6)
     fig.suptitle("TetherGate patch against plain gates and a re-initialising control"
+                 + (f" ({res['scenario']})" if res.get("scenario", "train-all") != "train-all" else "")
                  + (" (--quick)" if res["quick"] else ""), fontsize=7)
     fig.tight_layout()
     return fig

@@ -368,4 +368,9 @@ CLAIMS: tuple[Claim, ...] = (
           "end to end, the TetherGate patch leaves fewer gates shut than plain gates: paired plain − tether share of "
           "gates closed when the branch becomes needed, lower end of its 95% interval, above", "0", "at_least",
           tether_closed_low, "differs", why_tether, 0.0),
+    Claim("tether-collapse-gates-only", TETHER_DOC, "The problem",
+          "end to end, where plain gates do close (phase A trains only the gates), the TetherGate patch leaves fewer "
+          "gates shut than plain gates: paired plain − tether share of gates closed when the branch becomes needed, "
+          "lower end of its 95% interval, above", "0", "at_least", lambda: tether_closed_low("tether-collapse"),
+          "reproduced", lambda: why_tether("tether-collapse"), 0.0),
 )

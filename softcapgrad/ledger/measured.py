@@ -12,7 +12,6 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 EXPERIMENT = RESULTS / "experiment.json"
-TETHER = RESULTS / "tether-experiment.json"
 
 
 def _read(path: Path) -> dict | None:
@@ -50,33 +49,41 @@ def why_experiment() -> str:
 
 
 @cache
-def tether() -> dict | None:
-    """The committed tether-experiment run."""
-    return _read(TETHER)
+def tether(name: str = "tether-experiment") -> dict | None:
+    """A committed tether-experiment run: tether-experiment (train-all) or tether-collapse (--scenario gates-only)."""
+    return _read(RESULTS / f"{name}.json")
 
 
-def _tether_pair(name: str) -> dict | None:
-    return next((p for p in (tether() or {}).get("pairs", []) if p["pair"] == name), None)
+def _tether_pair(pair: str, name: str = "tether-experiment") -> dict | None:
+    return next((p for p in (tether(name) or {}).get("pairs", []) if p["pair"] == pair), None)
 
 
-def tether_closed_low() -> float:
+def tether_closed_low(name: str = "tether-experiment") -> float:
     """Lower end of the paired plain − tether share of gates closed at the switch: above 0 = the patch held gates."""
-    p = _tether_pair("plain ÷ tether")
+    p = _tether_pair("plain ÷ tether", name)
     return math.nan if p is None or p["closed"]["low"] is None else p["closed"]["low"]
 
 
-def why_tether() -> str:
-    res = tether()
-    p, c = _tether_pair("plain ÷ tether"), _tether_pair("plain ÷ reinit")
+def _p(x: float | None) -> str:
+    return "no p (every difference 0)" if x is None else f"Wilcoxon p {x:.3g}"
+
+
+def why_tether(name: str = "tether-experiment") -> str:
+    res = tether(name)
+    p, c = _tether_pair("plain ÷ tether", name), _tether_pair("plain ÷ reinit", name)
     if res is None or p is None:
-        return "results/tether-experiment.json is missing or unreadable: run softcapgrad tether-experiment"
+        return f"results/{name}.json is missing or unreadable: run softcapgrad tether-experiment" + (
+            " --scenario gates-only" if name == "tether-collapse" else "")
     arms, n = res["arms"], len(res["design"]["seeds"])
     closed = {a: sum(v["closed_share"]) / len(v["closed_share"]) for a, v in arms.items()}
     s, f = p["steps"], "{0[geomean]:.4g} [{0[low]:.4g}, {0[high]:.4g}]"
-    return (f"beyond the document, from results/tether-experiment.json{' (--quick)' if res['quick'] else ''}: tiny "
-            f"Qwen3-Next gated attention, AdamW with weight decay, the branch useless then needed; share of gates "
+    what = ("AdamW with weight decay" if res.get("scenario", "train-all") == "train-all" else
+            "phase A trains only the gates (AdamW, weight decay)")
+    return (f"beyond the document, from results/{name}.json{' (--quick)' if res['quick'] else ''}: tiny "
+            f"Qwen3-Next gated attention, {what}, the branch useless then needed; share of gates "
             f"closed at the switch, mean over {n} seeds: " + ", ".join(f"{a} {v:.3g}" for a, v in closed.items())
             + f"; paired plain − tether {p['closed']['mean']:.3g} [{p['closed']['low']:.3g}, {p['closed']['high']:.3g}]"
-            f"; steps to recover, plain ÷ tether {f.format(s)}"
-            + (f", plain ÷ reinit {f.format(c['steps'])}" if c else "")
+            + (f", {_p(p['closed']['wilcoxon_p'])}" if "wilcoxon_p" in p["closed"] else "")
+            + f"; steps to recover, plain ÷ tether {f.format(s)}, {_p(s['wilcoxon_p'])}"
+            + (f", plain ÷ reinit {f.format(c['steps'])}, {_p(c['steps']['wilcoxon_p'])}" if c else "")
             + f"; torch {res['provenance']['torch']}, transformers {res['provenance']['transformers']}")
