@@ -139,10 +139,21 @@ def requirements(engine: catalog.Engine, versions: dict, pinned: dict | None) ->
         names = list(dict.fromkeys([*versions, "numpy", "safetensors"]))
         text = "".join(f"{n}=={every.get(n) or versions.get(n)}\n" for n in names
                        if (every.get(n) or versions.get(n)) not in (None, "not installed"))
-    if "+cpu" in text:
-        text = ("# torch's CPU build: pip install --extra-index-url https://download.pytorch.org/whl/cpu "
-                "-r requirements.txt\n") + text
+    if install(text) != PLAIN_INSTALL:
+        text = f"# torch's CPU build is served by torch's own index, not PyPI: {install(text)}\n" + text
     return text
+
+
+PLAIN_INSTALL = "pip install -r requirements.txt"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def install(requirements_text: str) -> str:
+    """The install command a bundle's REPORT.md gives. A CPU build of torch (a pin ``torch==X+cpu``) is served only by
+    torch's own index, so the command names it with --extra-index-url: PyPI stays the index for everything else
+    (transformers, tokenizers, ... are not on torch's; --index-url would replace PyPI and leave them unfound)."""
+    cpu = re.search(r"^torch==\S+\+cpu\s*$", requirements_text, flags=re.MULTILINE)
+    return f"pip install --extra-index-url {TORCH_CPU_INDEX} -r requirements.txt" if cpu else PLAIN_INSTALL
 
 
 def _copy_adapter(engine: catalog.Engine, bundle: Path) -> None:
