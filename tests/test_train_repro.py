@@ -143,3 +143,21 @@ def test_a_transformers_4_bundle_run_in_its_environment_reproduces_the_dropped_a
     assert got[0]["forward_cell"] == row["forward_cell"] == "attention off"
     assert got[0]["forward_error"] == pytest.approx(row["forward_error"], rel=1e-3)  # the same fp32 step
     assert got[0]["grad_error"] == pytest.approx(row["grad_error"], rel=1e-3)
+
+
+def test_a_bundle_expects_only_the_verdicts_its_script_decides_as_train_parity_does():
+    from softcapgrad.engines.repro import training
+    from softcapgrad.engines.training import verdict as tv
+
+    def row(verdict, hint=""):
+        return {"verdict": verdict, "hint": hint, "c": 30.0}
+
+    said = [training.expect(row(tv.IGNORED)), training.expect(row(tv.ELSEWHERE)), training.expect(row(tv.NOT_FINITE)),
+            training.expect(row(tv.DIFFERENT, "matches the two caps' values swapped")),
+            training.expect(row(tv.DIFFERENT, "forward applied (capped); the gradients match no reference")),
+            training.expect(row(tv.DIFFERENT, "the returned logits are c·tanh(a/c) of the route's own a, but ...")),
+            training.expect(row(tv.OTHER))]
+    assert said == [tv.IGNORED, tv.ELSEWHERE, tv.NOT_FINITE, tv.DIFFERENT, None, None, None]
+    assert [training.is_finding(row(v)) for v in (tv.APPLIED, tv.NOT_BOUND, tv.NOT_RUN, *tv.BAD)] == [
+        False, False, False] + [True] * len(tv.BAD)
+    assert not training.is_finding({"verdict": tv.IGNORED, "c": None})
