@@ -58,6 +58,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "engine_environments(*names): the engine environments the test runs in; "
                                        "built first with --build-engines, skipped without it unless installed")
+    config.addinivalue_line("markers", "downloads: installs packages from the package indexes into a fresh virtual "
+                                       "environment; runs only with --build-engines")
 
 
 def _environments(item) -> list[str]:
@@ -71,6 +73,9 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.module not in slow)
     if config.getoption("--build-engines"):
         return
+    for item in items:  # the network and minutes of installing: the engines tier's, whatever is built here
+        if item.get_closest_marker("downloads") is not None:
+            item.add_marker(pytest.mark.skip(reason=f"installs packages from the package indexes: {TIER_TWO}"))
     from softcapgrad.engines.environments import environments
 
     states: dict = {}

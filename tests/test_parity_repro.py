@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from softcapgrad.cli.app import app
 from softcapgrad.engines.environments import provenance
-from softcapgrad.engines.repro import repro
+from softcapgrad.engines.repro import repro, report as report_md
 from softcapgrad.engines.forward import bundle_check
 
 pytest.importorskip("transformers")
@@ -175,6 +175,11 @@ def test_a_bundle_holds_the_model_the_data_a_standalone_script_and_the_report(pl
     report = (bundle / "REPORT.md").read_text(encoding="utf-8")
     assert f"log-probability {got['reference']:.6g} (the reference with the cap" in report and f"Came back: {got['engine']:.6g}" in report
     assert "Route `eager` of the same engine kept it" in report
+    # torch's CPU build is on torch's index only: the install step names it, and PyPI stays the index for the rest
+    assert "torch==2.13.0+cpu\n" in (bundle / "requirements.txt").read_text(encoding="utf-8")
+    assert report_md.commands(report) == [
+        f"pip install --extra-index-url {repro.TORCH_CPU_INDEX} -r requirements.txt",
+        "python reproduce.py   # --json for the numbers as JSON"]
     code = (bundle / "reproduce.py").read_text(encoding="utf-8")
     imported = {a.name.split(".")[0] for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(ast.parse(code)) if isinstance(n, ast.ImportFrom)}

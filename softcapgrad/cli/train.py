@@ -114,6 +114,9 @@ def train_parity(
     update: Annotated[bool, typer.Option(
         "--update", help="Replace only the engines and model types measured now in --out's results; keep the "
                          "rest.")] = False,
+    repro: Annotated[Optional[Path], typer.Option(
+        "--repro", parser=path_given, metavar="<path>", help="A new (or empty) folder: a reproduction bundle for "
+                                                              "every training route with a finding.")] = None,
     json_out: Json = False,
     wide: Wide = False,
 ) -> None:
@@ -156,6 +159,10 @@ def train_parity(
                 keep_fuller(out / FILES[0], {"engines": names, "model_types": types},
                             "a partial run does not replace them (--update replaces only what it measures, or give "
                             "another --out)")
+        if repro is not None:
+            from softcapgrad.engines.repro import training as train_repro
+
+            train_repro.target(repro)
         if directory is not None:
             sources = [(str(directory), audit.source(directory, None, []))]
             folder.has_type(names, sources[0][1].config.model_type)
@@ -201,6 +208,7 @@ def train_parity(
             written = replace_all({out / FILES[0]: json.dumps({**data, "answer": list(said)}, indent=1,
                                                               sort_keys=True) + "\n",
                                    out / FILES[1]: train_results.markdown(data, said)}, out)
-        return train_report(results, params, said, tuple(written))
+        bundles = train_repro.write(repro, results) if repro is not None else []
+        return train_report(results, params, said, tuple(written) + tuple(bundles))
 
     emit(build, json_out, wide, command="train-parity")

@@ -85,8 +85,22 @@ def _versions(versions: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in versions.items()) or "not recorded"
 
 
+def reproduce(requirements_text: str, script: str = "reproduce.py") -> list[str]:
+    """REPORT.md's last section: the steps, one shell command a line, that install the pinned set from the public
+    indexes into a fresh virtual environment and run the script."""
+    return ["## Reproduce", "", "In a fresh virtual environment (`python -m venv`, then activate it), in this folder:",
+            "", "```sh", repro.install(requirements_text), f"python {script}   # --json for the numbers as JSON",
+            "```", ""]
+
+
+def commands(text: str) -> list[str]:
+    """The lines of a REPORT.md's shell block, each whole, as a shell takes them."""
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0] if "```sh\n" in text else ""
+    return [line for line in block.splitlines() if line.strip()]
+
+
 def report(run_rows: list[dict], rows: list[dict], got: list[dict], specs: list[dict], info: dict, reference,
-           sources: list[str]) -> str:
+           sources: list[str], requirements_text: str = "") -> str:
     first = run_rows[0]
     caps = ", ".join(f"{k} {v}" for k, v in reference.caps.items() if v is not None)
     lines = [f"# {first['engine']} ({first['route']}): soft-caps of a tiny {first['model']}", "",
@@ -117,8 +131,7 @@ def report(run_rows: list[dict], rows: list[dict], got: list[dict], specs: list[
         lines += [f"- The setting that fixes it: {fix(rows, row)}",
                   "- The source: " + ("; ".join(sources) + "." if sources and row["cap"] == "attention" else
                                       "not located by this tool."), ""]
-    lines += ["## Reproduce", "", "```sh", "pip install -r requirements.txt", "python reproduce.py   # --json for "
-              "the numbers as JSON", "```", ""]
+    lines += reproduce(requirements_text)
     return "\n".join(lines)
 
 
@@ -155,8 +168,9 @@ def write_all(stage: Path, results: list, states: dict, interpreter: dict | None
             sources = (source_lines(site_of(engine, states.get(engine.environment), interpreter),
                                     p.reference.model_type, attention[1]) if engine.adapter == "transformers"
                        and attention else [])
-            (bundle / "REPORT.md").write_text(report(run_rows, rows, got, data["caps"], info, p.reference, sources),
-                                              encoding="utf-8")
+            pins = (bundle / "requirements.txt").read_text(encoding="utf-8")
+            (bundle / "REPORT.md").write_text(report(run_rows, rows, got, data["caps"], info, p.reference, sources,
+                                                     pins), encoding="utf-8")
             written.append({"bundle": bundle.name, "caps": ", ".join(caps),
                             "verdicts": ", ".join(r["verdict"] for r in run_rows if repro.is_finding(r))})
     for p in results:

@@ -114,24 +114,30 @@ def engine_code(engine: catalog.Engine, route: catalog.Route) -> str:
             f"    return adapter.run_variant(run, folder.name)\n")
 
 
-def script(engine: catalog.Engine, route: catalog.Route, model: str) -> str:
-    head = (f'"""Reproduces what parity found for {engine.name}, route {route.id}, on a tiny {model}: python '
-            f'reproduce.py [--json].\n\nRun offline in the engine\'s environment (requirements.txt). It prints, for '
-            f'each cap, the reference\'s and the engine\'s log-probabilities at the worst position, and the verdict.'
-            f'\n"""\n\nimport os\n\nos.environ.setdefault("HF_HUB_OFFLINE", "1")\n'
+def assemble(doc: str, code: str, check: Path, entry: str) -> str:
+    """A bundle's reproduce.py: its docstring ``doc``, offline settings, the lines ``code`` that run the library, then
+    the standalone comparison ``check`` (without its docstring, which is about softcapgrad) and ``main(entry)``."""
+    head = (f'"""{doc}\n"""\n\nimport os\n\nos.environ.setdefault("HF_HUB_OFFLINE", "1")\n'
             f'os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")\n\n')
-    check = CHECK.read_text(encoding="utf-8").split('"""', 2)[2].lstrip("\n")  # its docstring is about softcapgrad
-    return head + engine_code(engine, route) + "\n\n# --- the comparison ---\n\n" + check + (
-        "\n\nif __name__ == \"__main__\":\n    raise SystemExit(main(engine_logits))\n")
+    comparison = check.read_text(encoding="utf-8").split('"""', 2)[2].lstrip("\n")
+    return head + code + "\n\n# --- the comparison ---\n\n" + comparison + (
+        f"\n\nif __name__ == \"__main__\":\n    raise SystemExit(main({entry}))\n")
 
 
-def requirements(engine: catalog.Engine, versions: dict, pinned: dict | None) -> str:
+def script(engine: catalog.Engine, route: catalog.Route, model: str) -> str:
+    return assemble(f"Reproduces what parity found for {engine.name}, route {route.id}, on a tiny {model}: python "
+                    f"reproduce.py [--json].\n\nRun offline in the engine's environment (requirements.txt). It "
+                    f"prints, for each cap, the reference's and the engine's log-probabilities at the worst position, "
+                    f"and the verdict.", engine_code(engine, route), CHECK, "engine_logits")
+
+
+def requirements(environment: str, versions: dict, pinned: dict | None) -> str:
     """The pinned set: the environment's requirements file as built, else the versions it ran (the main
     environment, or an interpreter given with --python) of the packages the engine needs."""
     from softcapgrad.engines.environments import environments
 
-    if pinned is None and engine.environment != environments.MAIN:
-        text = environments.requirements_file(engine.environment).read_text(encoding="utf-8")
+    if pinned is None and environment != environments.MAIN:
+        text = environments.requirements_file(environment).read_text(encoding="utf-8")
     else:
         from softcapgrad.engines.environments.provenance import main_packages
 
@@ -139,26 +145,41 @@ def requirements(engine: catalog.Engine, versions: dict, pinned: dict | None) ->
         names = list(dict.fromkeys([*versions, "numpy", "safetensors"]))
         text = "".join(f"{n}=={every.get(n) or versions.get(n)}\n" for n in names
                        if (every.get(n) or versions.get(n)) not in (None, "not installed"))
-    if "+cpu" in text:
-        text = ("# torch's CPU build: pip install --extra-index-url https://download.pytorch.org/whl/cpu "
-                "-r requirements.txt\n") + text
+    if install(text) != PLAIN_INSTALL:
+        text = f"# torch's CPU build is served by torch's own index, not PyPI: {install(text)}\n" + text
     return text
 
 
-def _copy_adapter(engine: catalog.Engine, bundle: Path) -> None:
-    """The adapter's script and the shared adapter modules it imports (read with ast, not run)."""
+PLAIN_INSTALL = "pip install -r requirements.txt"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def install(requirements_text: str) -> str:
+    """The install command a bundle's REPORT.md gives. A CPU build of torch (a pin ``torch==X+cpu``) is served only by
+    torch's own index, so the command names it with --extra-index-url: PyPI stays the index for everything else
+    (transformers, tokenizers, ... are not on torch's; --index-url would replace PyPI and leave them unfound)."""
+    cpu = re.search(r"^torch==\S+\+cpu\s*$", requirements_text, flags=re.MULTILINE)
+    return f"pip install --extra-index-url {TORCH_CPU_INDEX} -r requirements.txt" if cpu else PLAIN_INSTALL
+
+
+def copy_adapter(source: Path, bundle: Path) -> None:
+    """The adapter's script into ``bundle``/adapter, with every adapter module it imports, and theirs (read with
+    ast, not run)."""
     import ast
+
+    from softcapgrad.engines.environments.requirements import adapter_file
 
     folder = bundle / "adapter"
     folder.mkdir()
-    source = catalog.script(engine.adapter)
-    shutil.copy2(source, folder / source.name)
-    tree = ast.parse(source.read_text(encoding="utf-8"))
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    for shared in catalog.SHARED:
-        if f"{catalog.PREFIX}{shared}" in names and catalog.script(shared).exists():
-            shutil.copy2(catalog.script(shared), folder / catalog.script(shared).name)
+    todo = [source]
+    while todo:
+        path = todo.pop()
+        shutil.copy2(path, folder / path.name)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        todo += [adapter_file(f"{name}.py") for name in sorted(names) if name.startswith(catalog.PREFIX)
+                 and not (folder / f"{name}.py").exists() and adapter_file(f"{name}.py").is_file()]
 
 
 def write_bundle(bundle: Path, kept: Path, run_rows: list[dict], reference, engine: catalog.Engine,
@@ -185,10 +206,10 @@ def write_bundle(bundle: Path, kept: Path, run_rows: list[dict], reference, engi
             if file.startswith("reference/"):
                 np.save(bundle / file, verdict.log_probs(reference.logits[name]), allow_pickle=False)
     if engine.adapter != "transformers":
-        _copy_adapter(engine, bundle)
+        copy_adapter(catalog.script(engine.adapter), bundle)
     data = {"engine": engine.name, "route": route.id, "model": run_rows[0]["model"], "runs": runs, "caps": specs,
             "versions": info.get("versions", {})}
     (bundle / "bundle.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (bundle / "reproduce.py").write_text(script(engine, route, run_rows[0]["model"]), encoding="utf-8")
-    (bundle / "requirements.txt").write_text(requirements(engine, info.get("versions", {}), pinned), encoding="utf-8")
+    (bundle / "requirements.txt").write_text(requirements(engine.environment, info.get("versions", {}), pinned), encoding="utf-8")
     return [s["cap"] for s in specs]
