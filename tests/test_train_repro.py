@@ -47,7 +47,7 @@ def relabelled(tmp_path_factory):
 def planted(relabelled, monkeypatch):
     from softcapgrad.engines.training import parity as run, verdict as tv
 
-    def measure(src, label, names, states, n, s, timeout, advance=None, jobs=1):
+    def measure(src, label, names, states, n, s, timeout, advance=None, jobs=1, given=None):
         base = {"engine": names[0], "route": ROUTE, "model": label, "precision": "fp32", "versions": "transformers",
                 "forward_cell": "attention off", "loss_cell": "attention off", "forward_error": 0.0,
                 "forward_tolerance": 1e-4, "grad_error": 0.0, "grad_tolerance": 1e-5, "grad_where": ""}
