@@ -447,3 +447,21 @@ def test_a_finding_is_loaded_twice_and_a_model_that_changes_is_not_deterministic
         assert info["second_load"] > 0 and "loaded twice" in final["hint"]
     else:
         assert final["verdict"] == "different" and info["second_load"] == 0.0
+
+
+def test_the_results_name_no_folder_of_this_machine(tmp_path, monkeypatch):
+    """An engine's error quotes files inside its environment: parity.json writes the engines cache as <engines> and
+    the home folder as ~, in new rows and in the earlier rows --update keeps."""
+    from pathlib import Path
+
+    from softcapgrad.engines.environments.environments import cache_root
+    from softcapgrad.engines.forward.parity import merge, private
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    quoted = f"in file `{cache_root()}/executorch_rt-0123/lib/x.py`, near {Path.home()}/notes"
+    assert private({"rows": [{"hint": quoted}]}) == {
+        "rows": [{"hint": "in file `<engines>/executorch_rt-0123/lib/x.py`, near ~/notes"}]}
+    old = {"models": [{"model": "m"}], "rows": [{"engine": "e", "model": "m", "hint": quoted}], "engines": [],
+           "params": {}}
+    new = {"models": [], "rows": [], "engines": [], "params": {}}
+    assert str(tmp_path) not in str(merge(old, new)) and "<engines>/executorch_rt-0123" in str(merge(old, new))

@@ -106,7 +106,23 @@ def not_here() -> list[dict]:
             for name, what in catalog.NOT_HERE]
 
 
+def private(value):
+    """``value`` with this machine's engines cache and home folder written as ``<engines>`` and ``~``: an engine's
+    error quotes the files of its environment, and the results files are shared."""
+    if isinstance(value, str):
+        from softcapgrad.engines.environments.environments import cache_root
+
+        return value.replace(str(cache_root()), "<engines>").replace(str(Path.home()) + "/", "~/")
+    if isinstance(value, dict):
+        return {k: private(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [private(v) for v in value]
+    return value
+
+
 def _clean(value):
+    if isinstance(value, str):
+        return private(value)
     if isinstance(value, float):
         return float(f"{value:.6g}") if np.isfinite(value) else str(value)
     if isinstance(value, dict):
@@ -215,7 +231,7 @@ def merge(old: dict, new: dict) -> dict:
     merged["rows"] = mark_other_cpus(merged["rows"])
     if carried(old.get("provenance"), new.get("provenance")):
         merged["provenance"] = carried(old.get("provenance"), new.get("provenance"))
-    return merged
+    return private(merged)
 
 
 def generation(entry: dict) -> int:
