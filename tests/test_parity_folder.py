@@ -239,3 +239,18 @@ def test_prompts_need_a_folder_its_tokenizer_and_no_bind(cli, tmp_path, no_engin
     model = _folder(tmp_path / "m", tokenizer=False)
     assert "without a model directory run as saved" in _refused(cli, str(model), "--bind", "--prompt", "hi")
     assert "has no tokenizer.json" in _refused(cli, str(model), "--engine", "transformers", "--prompt", "hi")
+
+
+def test_a_run_whose_every_cap_is_undecided_or_not_exercised_says_so_first_and_exits_4():
+    """A saved model whose final cap is reached just past its knee but undecided in every route's precision, and whose
+    attention cap is not exercised: the answer's first sentence says no cap was judged (never "applied every cap"), and
+    the exit code is NO_VERDICT, as for a run in which no engine ran."""
+    from softcapgrad.cli.parity_report import answer_of, judged
+
+    rows = [{"engine": e, "route": "default", "model": "m", "cap": cap, "verdict": verdict, "hint": ""}
+            for e in ("transformers", "torchexport")
+            for cap, verdict in (("attention", "not exercised on these inputs"), ("final", "not bound"))]
+    data = {"rows": rows, "models": [{"model": "m", "reach": {"attention": 0.0005, "final": 0.0186}}], "engines": []}
+    assert not judged(rows)
+    first = answer_of(data)[0]
+    assert first.startswith("No cap was judged: each was undecided in its route's precision or not exercised"), first

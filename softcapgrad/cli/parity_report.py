@@ -58,8 +58,10 @@ NOT_EXERCISED = "not exercised on these inputs"  # engines/forward/verdict.py's
 
 
 def judged(rows: list[dict]) -> list[dict]:
-    """The rows of engine routes that ran and gave a cap a verdict."""
-    return [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set", NOT_EXERCISED)]
+    """The rows of engine routes that ran and gave a cap a verdict: not those that could not run or had no such cap,
+    nor a cap not exercised on the inputs or undecided in the route's precision ("not bound")."""
+    return [r for r in rows if r["verdict"] not in ("could not run", "no such architecture", "not set", NOT_EXERCISED,
+                                                    "not bound")]
 
 
 def _inputs(m: dict) -> str:
@@ -118,7 +120,9 @@ def answer_of(data: dict) -> tuple[str, ...]:
     ran = judged(rows)
     quiet = any(r["verdict"] == NOT_EXERCISED for r in rows)
     first = ("Caps lost, altered or added: " + "; ".join(bad) if bad else
-             "No cap was exercised on these inputs, so none was judged" if not ran and quiet else
+             "No cap was exercised on these inputs, so none was judged" if not ran and quiet and not coarse else
+             "No cap was judged: each was undecided in its route's precision"
+             + (" or not exercised on these inputs" if quiet else "") if not ran and coarse else
              "No engine ran, so no cap was judged" if not ran else
              "Every engine that ran applied every cap its precision lets this judge" if coarse else
              "Every engine that ran applied every cap it was given") + f" ({reach})."
