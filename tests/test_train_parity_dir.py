@@ -213,6 +213,8 @@ def test_python_runs_the_engine_with_the_interpreter_given_and_records_it(cli, f
                                                                           engine_environment):
     """peft LoRA with the train-peft environment's interpreter passed by path: the route runs there, its row is
     judged as the environment's own run is (both caps applied), and every record names the interpreter."""
+    from softcapgrad.engines.forward.parity import private
+
     env = engine_environment("train-peft")
     _one_route(monkeypatch, next(r for r in train_parity.LIBRARY_ROUTES if r.id == "lora"))
     data = _run(cli, str(folders / "bound"), "--engine", "peft-trl", "--python", str(env.python),
@@ -221,7 +223,8 @@ def test_python_runs_the_engine_with_the_interpreter_given_and_records_it(cli, f
     assert data["params"]["python"] == str(env.python)
     written = json.loads((tmp_path / "out" / "train-parity.json").read_text(encoding="utf-8"))
     (route,) = written["routes"]
-    assert route["interpreter"] == str(env.python) and route["environment"] == f"--python {env.python}"
+    shown = private(str(env.python))  # the file writes the engines cache as <engines> (parity.private)
+    assert route["interpreter"] == shown and route["environment"] == f"--python {shown}"
     assert route["versions"]["peft"] == env.versions["peft"] and route["python"].split()[0].count(".") == 2
     recorded = written["provenance"]["environments"]["train-peft"]
     assert recorded["given"] and recorded["packages"]["peft"] == env.versions["peft"]
