@@ -161,3 +161,19 @@ def test_a_bundle_expects_only_the_verdicts_its_script_decides_as_train_parity_d
     assert [training.is_finding(row(v)) for v in (tv.APPLIED, tv.NOT_BOUND, tv.NOT_RUN, *tv.BAD)] == [
         False, False, False] + [True] * len(tv.BAD)
     assert not training.is_finding({"verdict": tv.IGNORED, "c": None})
+
+
+def test_the_bundles_gradient_comparison_is_train_paritys():
+    """The bundle script carries its own grad_error (it runs without softcapgrad): the same worst error and parameter
+    as engines/training/verdict.py's, a parameter missing on either side and a shape that differs included."""
+    import numpy as np
+
+    from softcapgrad.engines.repro import train_check
+    from softcapgrad.engines.training import verdict
+
+    rng = np.random.default_rng(0)
+    other = {"a": rng.standard_normal((3, 4)), "b": rng.standard_normal(5), "c": np.zeros(0)}
+    cases = [{k: v + rng.standard_normal(v.shape) * 1e-3 for k, v in other.items()},
+             {"a": other["a"]}, {**other, "d": np.ones(2)}, {**other, "b": np.ones(6)}]
+    for mine in cases:
+        assert train_check.grad_error(mine, other) == verdict.grad_error(mine, other)

@@ -139,6 +139,7 @@ def train_parity(
         from softcapgrad.core.files import check_targets, replace_all, writable_folder
         from softcapgrad.engines.environments.environments import FORMER
         from softcapgrad.engines.forward import modeltypes, reference, runner
+        from softcapgrad.engines.forward.folder import read_prompts
         from softcapgrad.engines.training import folder, parity as run, results as train_results
         from softcapgrad.models import audit
 
@@ -148,7 +149,7 @@ def train_parity(
             raise InputError("--model-type does not go with a model directory: DIR's config.json names its type")
         if directory is None and prompts is not None:
             raise InputError("--prompts needs a model directory DIR whose tokenizer.json reads them")
-        lines = folder.prompts(prompts) if prompts is not None else None
+        lines = read_prompts(prompts) if prompts is not None else None  # parity DIR's reader
         types = [str(directory)] if directory is not None else pick("--model-type", model_type, reference.SUPPORTED,
                                                                      DEFAULT_TYPES)
         s = seed_in_range(seed)

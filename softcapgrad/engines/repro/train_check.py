@@ -62,7 +62,10 @@ def logit_error(step, other, ids):
 
 
 def grad_error(mine, other):
-    """The largest |Δ gradient| over every parameter, relative to ``other``'s largest component, and where."""
+    """The largest |Δ gradient| over every parameter, relative to ``other``'s largest component, and where.
+
+    engines/training/verdict.py's ``grad_error``, carried here because a bundle runs on its own
+    (tests/test_train_repro.py holds the two equal)."""
     scale = max((float(np.abs(g).max()) for g in other.values() if g.size), default=0.0) or 1.0
     worst, where = 0.0, ""
     for name in sorted(set(mine) | set(other)):

@@ -21,31 +21,8 @@ import numpy as np
 
 from softcapgrad.core.checks import InputError
 
-PROMPT_BYTES = 1 << 20  # a prompts file is a few lines of text: a megabyte is far past any
 MAX_TOKENS = 512  # parity's longest input (engines/forward/reference.py's MAX_TOKENS)
 STAND_IN = 16  # token ids drawn where the folder has no tokenizer.json (train-parity's --seq-len default)
-
-
-def prompts(path: Path) -> list[str]:
-    """The non-blank lines of a UTF-8 text file, or one line: missing, not a file, too large, binary, empty."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"--prompts {path}: {'is a folder' if path.is_dir() else 'no such file'}, not a text file "
-                         "of prompts")
-    if path.stat().st_size > PROMPT_BYTES:
-        raise InputError(f"--prompts {path}: {path.stat().st_size:,} bytes; a prompts file holds at most "
-                         f"{PROMPT_BYTES:,}")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(f"--prompts {path}: not UTF-8 text (byte {err.start}): one prompt per line") from None
-    if "\x00" in text:
-        raise InputError(f"--prompts {path}: holds NUL bytes, not text: one prompt per line")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        raise InputError(f"--prompts {path}: holds no prompt (every line is blank)")
-    return lines
 
 
 def inputs(directory: Path, config, lines: list[str] | None, seq_len: int | None, seed: int) -> tuple:
