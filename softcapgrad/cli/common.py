@@ -195,6 +195,20 @@ def pick(option: str, given: list[str] | None, allowed, default: list[str] | Non
 
 
 @contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread while the block runs (its engine children run one thread each), the former count
+    restored after, however the block ends."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
 def _progress_on_stderr(show: bool, what: str) -> Iterator[None]:
     """A transient spinner (and the modules' progress bars) on stderr, for a terminal only."""
     if not show:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from softcapgrad.cli.common import emit, InputError, Json, Report, Wide
+from softcapgrad.cli.common import emit, InputError, Json, one_torch_thread, Report, Wide
 from softcapgrad.cli.limits import Bound, out_folder, path_given
 
 FILES = ("default-attention.json", "default-attention.md")
@@ -77,15 +77,8 @@ def parity_releases(
         if target is not None:
             writable_folder(target, "--out")
             check_targets([target / name for name in FILES], "--out")
-        import torch
-
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with runner.terminations():
-                data = releases.walk(versions, every, 16, 0, timeout, _say)
-        finally:
-            torch.set_num_threads(threads)
+        with one_torch_thread(), runner.terminations():
+            data = releases.walk(versions, every, 16, 0, timeout, _say)
         said = releases.answer(data)
         written: list = []
         if target is not None:
