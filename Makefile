@@ -23,6 +23,9 @@
 # test (headless Chromium: Debian's chromium and chromium-driver) and keeps results/figures/page.png.
 # make default-attention: transformers' default attention on Gemma 2 release by release, bisected (a light
 # environment per release under ~/.cache/softcapgrad/releases, reusing this torch); results/default-attention.json, .md.
+# make incidents: the public soft-cap incidents, each replayed on its release before and after the fix where the tool
+# reaches it (transformers' light release environments built first where missing), judged caught or missed:
+# results/incidents.json, .md.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -31,7 +34,7 @@ STAMP := $(VENV)/.installed
 PARITY_TYPES := gemma2 gemma2+qpas gemma3_text gemma3_text+attention vaultgemma gemma3n_text gemma4_text gemma4_unified_text \
 	recurrent_gemma nanochat beam xlstm inkling2_text inkling2_loop_text
 
-.PHONY: install reproduce test test-engines bench census experiment parity train-parity default-attention page \
+.PHONY: install reproduce test test-engines bench census experiment parity train-parity default-attention incidents page \
 	page-screenshot clean
 
 install: $(STAMP)
@@ -66,6 +69,9 @@ train-parity: $(STAMP)
 
 default-attention: $(STAMP)
 	$(PY) -m softcapgrad parity-releases --out results
+
+incidents: $(STAMP)
+	$(PY) -m softcapgrad incidents --install --out results
 
 page: $(STAMP)
 	$(PY) -m softcapgrad page --out results/page

@@ -20,7 +20,8 @@ TOP_LEVEL = {"__init__", "__main__", "tether"}  # the package's entry and its pu
 # (parity) on them, and what is built on parity beside one another; adapters/ holds the scripts the engines'
 # own interpreters run, which import nothing of the package but softcapgrad.training (adapter_monitor_check)
 ENGINE_RANKS = {"environments": 0, "adapters": 0, "forward": 1, "served": 2, "training": 2, "releases": 2,
-                "repro": 3}  # bundles of parity's findings and of train-parity's
+                "repro": 3,  # bundles of parity's findings and of train-parity's
+                "incidents": 3}  # the public incidents, replayed on releases (releases/) and read from results
 
 
 def module_name(path: Path) -> str:

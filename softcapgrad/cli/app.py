@@ -41,6 +41,7 @@ COMMANDS = (
     ("parity", "engines", "parity", "Do a model's soft-caps survive each engine: a verdict per cap and route."),
     ("train-parity", "train", "train_parity", "Does training keep the caps: one step per route against float64."),
     ("parity-releases", "releases", "parity_releases", "transformers' default attention on Gemma 2, release by release."),
+    ("incidents", "incidents", "incidents", "The public soft-cap incidents, replayed before and after each fix."),
     ("page", "page", "page", "The results as one static page: a matrix per model type, opens from file://."),
     ("engines", "engines", "engines_app",
      "Every engine environment of parity and train-parity: state, versions, size."),

@@ -1,0 +1,132 @@
+"""Replaying the catalogue: what the tool says on each side of each incident, with its own code.
+
+- ``release``: transformers' light release environment (engines/releases, as ``parity-releases`` builds it: the
+  release and the few pure packages it needs, this environment's torch), run through ``releases.one`` (parity's
+  transformers adapter at the default attention on the tiny Gemma 2). Built only with ``install``, one at a time;
+  otherwise the side says ``not built`` and names the command that builds it.
+- ``python``: an engine environment at the release, run as ``parity --python``. No requirements file pins those
+  releases yet, so the side says ``not built`` with what it needs.
+- ``results``: the row the committed results/parity.json or train-parity.json holds for the deciding route: what the
+  tool said when those results were written, not re-run here.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from softcapgrad.engines.incidents import judge
+from softcapgrad.engines.incidents.catalog import Incident, Release, side_command
+
+RESULTS = Path(__file__).resolve().parents[3] / "results"  # the committed results a ``results`` replay reads
+
+
+def _side(release: Release, state: str, verdict: str = "", detail: str = "", command: str = "") -> dict:
+    return {"release": release.text, "state": state, "verdict": verdict, "detail": detail, "command": command}
+
+
+def _fmt(x) -> str:
+    return "" if x is None else f"{x:.3g}"
+
+
+def from_release(incident: Incident, release: Release, install: bool, session: dict, say, timeout: float) -> dict:
+    """One side of a transformers release incident: its light environment's verdict on the deciding cap."""
+    from softcapgrad.engines.environments import environments
+    from softcapgrad.engines.releases import releases
+
+    command = side_command(incident, release)
+    st = releases.state(release.version)
+    if st.state == "untrusted":
+        return _side(release, "could not run", detail=f"its environment is untrusted ({st.reason})", command=command)
+    if st.state != "installed":
+        if not install:
+            return _side(release, "not built", detail=f"softcapgrad incidents --install --only {incident.id}",
+                         command=command)
+        try:
+            releases.build(release.version, None, say)
+        except (environments.BuildError, OSError) as err:
+            return _side(release, "could not run", detail=f"its release did not install: {err}", command=command)
+        st = releases.state(release.version)
+    row = releases.one(release.version, _reference(session), session["work"], timeout, None, say, False, st)
+    if row.get("reason"):
+        return _side(release, "could not run", detail=row["reason"], command=command)
+    detail = (f"default attention {row['attention']}; largest log-prob distance to the capped reference "
+              f"{_fmt(row.get('to_capped'))}, to the attention-cap-off one {_fmt(row.get('to_attention_off'))} "
+              f"(tolerance {_fmt(row.get('tolerance'))}); ran {row.get('versions', {}).get('transformers', '?')}")
+    return _side(release, "ran", row["verdict"], detail, command)
+
+
+def _reference(session: dict):
+    """The tiny Gemma 2 and its references, prepared once for every release side of a run."""
+    if "reference" not in session:
+        from softcapgrad.engines.forward import modeltypes, parity, reference as ref
+        from softcapgrad.models import audit
+
+        src = audit.source(None, modeltypes.model_type("gemma2"), ref.tiny_sets("gemma2"))
+        session["reference"] = parity.prepare(src, 16, 0, session["work"])
+    return session["reference"]
+
+
+def from_python(incident: Incident, release: Release) -> dict:
+    return _side(release, "not built",
+                 detail=(f"needs an environment with {release.package}=={release.version} (no requirements file "
+                         f"pins it yet; --install does not build it), then this command with its interpreter"),
+                 command=side_command(incident, release))
+
+
+def from_results(incident: Incident, release: Release, results: Path, loaded: dict) -> dict:
+    """The deciding row as the committed results hold it."""
+    j = incident.judge
+    name = j.results
+    if name not in loaded:
+        try:
+            loaded[name] = json.loads((results / name).read_text(encoding="utf-8"))["rows"]
+        except (OSError, ValueError, KeyError, TypeError):
+            loaded[name] = None
+    rows = loaded[name]
+    route = release.route or j.route
+    if rows is None:
+        return _side(release, "could not run", detail=f"{name} is missing or unreadable",
+                     command=side_command(incident, release))
+    found = next((r for r in rows if (r.get("engine"), r.get("route"), r.get("model"), r.get("cap"))
+                  == (j.engine, route, j.model, j.cap)), None)
+    if found is None:
+        return _side(release, "could not run", detail=f"{name} holds no row for {j.engine} route {route}, "
+                                                      f"{j.model}, {j.cap} cap", command=side_command(incident,
+                                                                                                      release))
+    parts = [f"{name}: {j.engine} route {route}, {j.model}, {j.cap} cap"]
+    if found.get("outside_form"):
+        parts.append(f"the model outside the caps: {found['outside_form']}")
+    if found.get("form"):
+        parts.append(f"matches {found['form']}")
+    if isinstance(found.get("versions"), str):
+        parts.append(found["versions"])
+    return _side(release, "from results", str(found.get("verdict")), "; ".join(parts),
+                 side_command(incident, release))
+
+
+def replay_one(incident: Incident, install: bool, session: dict, results: Path, say, timeout: float) -> dict:
+    """The incident's row: both sides replayed as its catalogue entry says, judged."""
+    sides = []
+    for release in (incident.before, incident.after):
+        if release is None:
+            sides.append(None)
+        elif incident.reach in ("out of reach", "gpu") or not incident.replay:
+            sides.append(_side(release, incident.reach))
+        elif incident.replay == "release":
+            sides.append(from_release(incident, release, install, session, say, timeout))
+        elif incident.replay == "python":
+            sides.append(from_python(incident, release))
+        else:
+            sides.append(from_results(incident, release, results, session.setdefault("loaded", {})))
+    return judge.row(incident, *sides)
+
+
+def replay(incidents: list[Incident], install: bool, results: Path = RESULTS, say=lambda line: None,
+           timeout: float = 300.0) -> list[dict]:
+    """Every incident's row, in catalogue order; ``results``: the folder of the committed results read by
+    ``results`` replays."""
+    with tempfile.TemporaryDirectory(prefix="softcapgrad-incidents-") as tmp:
+        session: dict = {"work": Path(tmp)}
+        return [replay_one(i, install, session, results, say, timeout) for i in incidents]
