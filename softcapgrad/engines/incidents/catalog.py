@@ -8,7 +8,8 @@ empty) rather than guessing one. Nothing here is a measurement: what the tool sa
 ``reach`` says how far the tool gets today:
 
 - ``cpu``: replayable on a CPU, by ``replay``: ``release`` (a light environment of a transformers release, as
-  ``parity-releases`` builds), ``python`` (an engine environment at the release, run as ``parity --python``) or
+  ``parity-releases`` builds), ``python`` (an engine environment at the release, run as ``parity --python``; a
+  light one where releases.WITHOUT_DEPS names the package) or
   ``results`` (the verdict the committed results/parity.json or train-parity.json hold for that route);
 - ``gpu``: its code runs only on a GPU; ``command`` is the prepared check;
 - ``no fix``: the index holds the release with the bug but none with a fix (or no release ever shipped one: the cap
@@ -111,9 +112,11 @@ INCIDENTS: tuple[Incident, ...] = (
              "without and with softcap="),
     Incident("kerasnlp-score-final", "keras-team PR #1712", "keras-nlp",
              "GemmaCausalLM.score() returns logits without the final cap that generation applies",
-             Release("keras-nlp", "0.14.1"), Release("keras-nlp", "0.14.2"), "out of reach", "", "", None,
-             "the kerashub adapter imports only keras_hub (parity --python refuses keras-nlp: no module keras_hub), "
-             "and no route calls score()"),
+             Release("keras-nlp", "0.14.1"), Release("keras-nlp", "0.14.2"), "cpu", "python",
+             "softcapgrad parity --engine kerashub --python {python} --model-type gemma2 --out none",
+             Judge("kerashub", "score", "gemma2", "final", ("ignored",)),
+             "keras-nlp's light environment: the release without its dependencies, Keras 3.15.1 and TensorFlow's "
+             "CPU build (releases.WITHOUT_DEPS); the generate route (the sampler's logits) is in the detail"),
     Incident("unsloth-zoo-rl-z-tanh", "PR #593 (unsloth-zoo, as issue 55 cites it)", "unsloth-zoo",
              "the RL losses compute z·tanh(z/c) instead of c·tanh(z/c)",
              Release("unsloth-zoo", "2026.4.6"), Release("unsloth-zoo", "2026.4.7"), "out of reach", "", "", None,

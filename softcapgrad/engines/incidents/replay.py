@@ -4,8 +4,9 @@
   release and the few pure packages it needs, this environment's torch), run through ``releases.one`` (parity's
   transformers adapter at the default attention on the tiny Gemma 2). Built only with ``install``, one at a time;
   otherwise the side says ``not built`` and names the command that builds it.
-- ``python``: an engine environment at the release, run as ``parity --python``. No requirements file pins those
-  releases yet, so the side says ``not built`` with what it needs.
+- ``python``: an engine environment at the release, run as ``parity --python``: the light environment releases.py
+  builds for the packages of its ``WITHOUT_DEPS`` (keras-nlp), with ``install``; for any other package the side
+  says ``not built`` with what it needs.
 - ``results``: the row the committed results/parity.json or train-parity.json holds for the deciding route: what the
   tool said when those results were written, not re-run here.
 """
@@ -68,11 +69,53 @@ def _reference(session: dict):
     return session["reference"]
 
 
-def from_python(incident: Incident, release: Release) -> dict:
-    return _side(release, "not built",
-                 detail=(f"needs an environment with {release.package}=={release.version} (no requirements file "
-                         f"pins it yet; --install does not build it), then this command with its interpreter"),
-                 command=side_command(incident, release))
+def from_python(incident: Incident, release: Release, install: bool, session: dict, say, timeout: float) -> dict:
+    """One side run as ``parity --python``: the engine's routes in the release's light environment (releases.py,
+    for the packages it builds: ``WITHOUT_DEPS``), judged on the deciding route; the other routes' verdicts on the
+    same cap in the detail."""
+    from softcapgrad.core.checks import InputError
+    from softcapgrad.engines.environments import environments
+    from softcapgrad.engines.forward import catalog, interpreter, parity_run
+    from softcapgrad.engines.releases import releases
+
+    command = side_command(incident, release)
+    if release.package not in releases.WITHOUT_DEPS:
+        return _side(release, "not built",
+                     detail=(f"needs an environment with {release.package}=={release.version} (no light "
+                             f"environment is built for it; --install does not build it), then this command with "
+                             f"its interpreter"), command=command)
+    st = releases.state(release.version, None, release.package)
+    if st.state not in ("installed", "untrusted") and install:
+        try:
+            releases.build(release.version, None, say, release.package)
+        except (environments.BuildError, OSError, InputError) as err:
+            return _side(release, "could not run", detail=f"its release did not install: {err}", command=command)
+        st = releases.state(release.version, None, release.package)
+    if st.state != "installed":
+        detail = (f"softcapgrad incidents --install --only {incident.id}" if st.state == "not installed"
+                  else f"its environment is {st.state} ({st.reason})")
+        return _side(release, "not built" if st.state == "not installed" else "could not run", detail=detail,
+                     command=command)
+    j = incident.judge
+    engine = catalog.engines()[j.engine]
+    try:
+        speaks = interpreter.speaks(engine.adapter, engine.name, st.versions, f"{release.text}'s environment")
+    except InputError as err:
+        return _side(release, "could not run", detail=str(err), command=command)
+    verdicts, decided = [], None
+    for route in engine.routes:
+        rows, info = parity_run.route_rows(engine, route, st, _reference(session), session["work"], timeout)
+        row = next((r for r in rows if r["cap"] == j.cap), None)
+        if route.id == j.route:
+            decided = (row, info)
+        if row is not None:
+            verdicts.append(f"route {route.id}: {row['verdict']} (to capped {_fmt(row.get('error'))}, to cap off "
+                            f"{_fmt(row.get('error_off'))})")
+    row, info = decided if decided else (None, {})
+    if row is None or info.get("reason"):
+        return _side(release, "could not run", detail=info.get("reason") or f"no {j.cap} cap row", command=command)
+    detail = f"ran {speaks}; {j.cap} cap, largest log-prob distances: " + "; ".join(verdicts)
+    return _side(release, "ran", row["verdict"], detail, command)
 
 
 def from_results(incident: Incident, release: Release, results: Path, loaded: dict) -> dict:
@@ -117,7 +160,7 @@ def replay_one(incident: Incident, install: bool, session: dict, results: Path, 
         elif incident.replay == "release":
             sides.append(from_release(incident, release, install, session, say, timeout))
         elif incident.replay == "python":
-            sides.append(from_python(incident, release))
+            sides.append(from_python(incident, release, install, session, say, timeout))
         else:
             sides.append(from_results(incident, release, results, session.setdefault("loaded", {})))
     return judge.row(incident, *sides)

@@ -52,6 +52,11 @@ DEPENDENTS = (
     ("axolotl 0.19.0", "==5.16.1"),
 )
 STAMP = "softcapgrad-release.json"
+# Packages whose light environment installs the release itself without its dependencies, and these in their place
+# (resolved against softcapgrad's own environment): keras-nlp's tensorflow-text would pull the whole TensorFlow
+# build; keras-nlp 0.14 imports TensorFlow (keras_nlp/src/utils/tensor_utils.py:15-21 at 0.14.1), so its CPU build,
+# and Keras at the Keras Hub environment's pin (requirements/kerashub.txt). JAX and numpy come from softcapgrad's own.
+WITHOUT_DEPS = {"keras-nlp": ("keras==3.15.1", "tensorflow-cpu==2.21.0", "absl-py", "packaging", "regex", "rich")}
 ATTENTION = re.compile(r"attention (\S+),")  # the adapter's own line: "..., attention sdpa, weights float32, ..."
 
 
@@ -59,10 +64,10 @@ def root() -> Path:
     return environments.cache_root().parent / "releases"
 
 
-def folder(version: str, where: Path | None = None) -> Path:
+def folder(version: str, where: Path | None = None, package: str = "transformers") -> Path:
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version):
         raise InputError(f"--release {version!r}: a release is written as digits and dots, such as 5.6.0")
-    return (where or root()) / f"transformers-{version}"
+    return (where or root()) / f"{package}-{version}"
 
 
 def listed(version: str) -> str:
@@ -87,9 +92,9 @@ def site(path: Path) -> Path:
     return path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
 
-def state(version: str, where: Path | None = None) -> environments.State:
+def state(version: str, where: Path | None = None, package: str = "transformers") -> environments.State:
     """The light environment of a release as parity's runner takes it: installed, or why not."""
-    here, name = folder(version, where), f"transformers-{version}"
+    here, name = folder(version, where, package), f"{package}-{version}"
     if not os.path.lexists(here):
         return environments.State(name, "not installed", here, None, {}, 0, "")
     why = trust.root_distrust(here.parent) or trust.environment_distrust(here, trust.walk(here)[1],
@@ -103,26 +108,29 @@ def state(version: str, where: Path | None = None) -> environments.State:
     return environments.State(name, "installed", here, environments.interpreter(here), versions, 0, "")
 
 
-def _needed(version: str, scratch: Path, say) -> dict[str, str]:
-    """package -> version: what pip would install into softcapgrad's own environment for transformers==version
-    (the release and the packages it needs at other versions), from a dry run's report."""
+def _needed(version: str, scratch: Path, say, package: str = "transformers") -> dict[str, str]:
+    """package -> version: what pip would install into softcapgrad's own environment for package==version
+    (the release and the packages it needs at other versions), from a dry run's report; for a package of
+    WITHOUT_DEPS, the release alone and what its companions need."""
     report = scratch / "report.json"
+    asked = WITHOUT_DEPS.get(package, (f"{package}=={version}",))
     environments._step([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
-                        f"transformers=={version}"], scratch, say, f"transformers {version}: resolving", 0)
+                        *asked], scratch, say, f"{package} {version}: resolving", 0)
     found = json.loads(report.read_text(encoding="utf-8"))["install"]
-    return {item["metadata"]["name"]: item["metadata"]["version"] for item in found}
+    pins = {item["metadata"]["name"]: item["metadata"]["version"] for item in found}
+    return {**pins, package: version} if package in WITHOUT_DEPS else pins
 
 
-def build(version: str, where: Path | None = None, say=lambda line: None) -> Path:
-    """The light environment of ``version``, built if absent, reused otherwise; its folder."""
-    here = folder(version, where)
+def build(version: str, where: Path | None = None, say=lambda line: None, package: str = "transformers") -> Path:
+    """The light environment of ``package`` at ``version``, built if absent, reused otherwise; its folder."""
+    here = folder(version, where, package)
     parent = here.parent
     with child.terminating("terminated; the build's processes were stopped and its temporary folder removed"), \
             owner_only.owner_writes_only():
         parent.mkdir(parents=True, exist_ok=True)
-        st = state(version, where)
+        st = state(version, where, package)
         if st.state == "untrusted":
-            raise InputError(f"transformers {version}: its environment is untrusted ({st.reason}): remove "
+            raise InputError(f"{package} {version}: its environment is untrusted ({st.reason}): remove "
                              f"{st.suspect}")
         if st.state == "installed":
             return here
@@ -133,13 +141,13 @@ def build(version: str, where: Path | None = None, say=lambda line: None) -> Pat
             try:
                 base = getattr(sys, "_base_executable", sys.executable)
                 environments._step([base, "-m", "venv", "--without-pip", str(tmp)], parent, say,
-                                   f"transformers {version}: creating the environment", 0)
+                                   f"{package} {version}: creating the environment", 0)
                 with tempfile.TemporaryDirectory(prefix="softcapgrad-release-") as scratch:
-                    pins = _needed(version, Path(scratch), say)
+                    pins = _needed(version, Path(scratch), say, package)
                 if pins:  # none: softcapgrad's own environment holds this release already
                     environments._step([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
                                         str(site(tmp)), *(f"{k}=={v}" for k, v in sorted(pins.items()))], parent,
-                                       say, f"transformers {version}: installing {len(pins)} packages", len(pins))
+                                       say, f"{package} {version}: installing {len(pins)} packages", len(pins))
                 else:
                     site(tmp).mkdir(parents=True, exist_ok=True)
                 (site(tmp) / "zz-softcapgrad-main.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
@@ -148,7 +156,7 @@ def build(version: str, where: Path | None = None, say=lambda line: None) -> Pat
                 os.rename(tmp, here)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    say(f"transformers {version}: installed ({trust.size(here) / 2**20:.0f} MiB)")
+    say(f"{package} {version}: installed ({trust.size(here) / 2**20:.0f} MiB)")
     return here
 
 
