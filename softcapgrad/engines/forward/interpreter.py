@@ -29,7 +29,8 @@ IMPORTS = {"transformers": ("transformers", "torch"), "torchexport": ("torch", "
            "vllm_cpu": ("vllm",), "kerashub": ("keras_hub", "keras", "jax"), "ct2": ("ctranslate2",),
            "executorch_rt": ("executorch", "optimum"), "gemma_jax": ("gemma",), "lit_gpt": ("litgpt",),
            "mistral_rs": ("mistralrs",), "mlxlm": ("mlx_lm",), "openvino_intel": ("optimum", "openvino"),
-           "optimum_onnx": ("optimum", "onnxruntime"), "tiny_grad": ("tinygrad",), "torch_tune": ("torchtune",)}
+           "optimum_onnx": ("optimum", "onnxruntime"), "tiny_grad": ("tinygrad",), "torch_tune": ("torchtune",),
+           "train_unsloth_rl": ("transformers", "torch", "unsloth_zoo")}
 PROBE = ("import sys, json, importlib.util as u, importlib.metadata as m\n"
          "found = {}\n"
          "for name in sys.argv[1:]:\n"

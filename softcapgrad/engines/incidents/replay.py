@@ -6,6 +6,8 @@
   otherwise the side says ``not built`` and names the command that builds it.
 - ``python``: an engine environment at the release, run as ``parity --python``. No requirements file pins those
   releases yet, so the side says ``not built`` with what it needs.
+- ``light``: the package's release alone in a light environment (engines/releases/light.py), built only with
+  ``install``; the deciding engine's train-parity routes run with its interpreter, as ``--python`` runs them.
 - ``results``: the row the committed results/parity.json or train-parity.json holds for the deciding route: what the
   tool said when those results were written, not re-run here.
 """
@@ -30,24 +32,37 @@ def _fmt(x) -> str:
     return "" if x is None else f"{x:.3g}"
 
 
+def _built(incident: Incident, release: Release, install: bool, command: str, state, build) -> tuple:
+    """(the side's light environment State, None), or (None, the side that says why it cannot run): untrusted, not
+    built without ``install``, or a build that failed."""
+    from softcapgrad.engines.environments import environments
+
+    st = state()
+    if st.state == "untrusted":
+        return None, _side(release, "could not run", detail=f"its environment is untrusted ({st.reason})",
+                           command=command)
+    if st.state != "installed":
+        if not install:
+            return None, _side(release, "not built", detail=f"softcapgrad incidents --install --only {incident.id}",
+                               command=command)
+        try:
+            build()
+        except (environments.BuildError, OSError) as err:
+            return None, _side(release, "could not run", detail=f"its release did not install: {err}",
+                               command=command)
+        st = state()
+    return st, None
+
+
 def from_release(incident: Incident, release: Release, install: bool, session: dict, say, timeout: float) -> dict:
     """One side of a transformers release incident: its light environment's verdict on the deciding cap."""
-    from softcapgrad.engines.environments import environments
     from softcapgrad.engines.releases import releases
 
     command = side_command(incident, release)
-    st = releases.state(release.version)
-    if st.state == "untrusted":
-        return _side(release, "could not run", detail=f"its environment is untrusted ({st.reason})", command=command)
-    if st.state != "installed":
-        if not install:
-            return _side(release, "not built", detail=f"softcapgrad incidents --install --only {incident.id}",
-                         command=command)
-        try:
-            releases.build(release.version, None, say)
-        except (environments.BuildError, OSError) as err:
-            return _side(release, "could not run", detail=f"its release did not install: {err}", command=command)
-        st = releases.state(release.version)
+    st, failed = _built(incident, release, install, command, lambda: releases.state(release.version),
+                        lambda: releases.build(release.version, None, say))
+    if failed:
+        return failed
     row = releases.one(release.version, _reference(session), session["work"], timeout, None, say, False, st)
     if row.get("reason"):
         return _side(release, "could not run", detail=row["reason"], command=command)
@@ -66,6 +81,33 @@ def _reference(session: dict):
         src = audit.source(None, modeltypes.model_type("gemma2"), ref.tiny_sets("gemma2"))
         session["reference"] = parity.prepare(src, 16, 0, session["work"])
     return session["reference"]
+
+
+def from_light(incident: Incident, release: Release, install: bool, session: dict, say, timeout: float) -> dict:
+    """One side of a training incident: the package's release alone in a light environment (engines/releases/
+    light.py), the deciding engine's train-parity routes run with its interpreter (as ``--python`` runs them) on the
+    tiny model type the judge names."""
+    from softcapgrad.engines.forward import modeltypes, reference as ref
+    from softcapgrad.engines.releases import light
+    from softcapgrad.engines.training import parity as train_parity
+    from softcapgrad.models import audit
+
+    j, command = incident.judge, side_command(incident, release)
+    st, failed = _built(incident, release, install, command,
+                        lambda: light.package_state(release.package, release.version),
+                        lambda: light.package(release.package, release.version, None, say))
+    if failed:
+        return failed
+    src = audit.source(None, modeltypes.model_type(j.model), ref.tiny_sets(j.model))
+    done = train_parity.measure(src, j.model, [j.engine], {train_parity.ENGINES[j.engine]: st}, 16, 0, timeout)
+    found = next((r for r in done.rows if (r["route"], r["cap"]) == (j.route, j.cap)), None)
+    info = next((r for r in done.routes if r["route"] == j.route), {})
+    if found is None or found["verdict"] == "could not run":
+        return _side(release, "could not run", detail=info.get("reason") or "no row", command=command)
+    detail = (f"largest log-prob distance to {found.get('forward_cell') or 'no reference'} "
+              f"{_fmt(found.get('forward_error'))} (tolerance {_fmt(found.get('forward_tolerance'))}), gradients "
+              f"{_fmt(found.get('grad_error'))} ({_fmt(found.get('grad_tolerance'))}); ran {info.get('did', '')}")
+    return _side(release, "ran", found["verdict"], detail, command)
 
 
 def from_python(incident: Incident, release: Release) -> dict:
@@ -118,6 +160,8 @@ def replay_one(incident: Incident, install: bool, session: dict, results: Path, 
             sides.append(from_release(incident, release, install, session, say, timeout))
         elif incident.replay == "python":
             sides.append(from_python(incident, release))
+        elif incident.replay == "light":
+            sides.append(from_light(incident, release, install, session, say, timeout))
         else:
             sides.append(from_results(incident, release, results, session.setdefault("loaded", {})))
     return judge.row(incident, *sides)

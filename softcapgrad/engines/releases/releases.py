@@ -4,9 +4,8 @@ A light environment is a virtual environment without pip (``python -m venv --wit
 holds one transformers release and the few pure packages that release needs at other versions than softcapgrad's
 own environment holds (pip's resolver names them, in a dry run against that environment); one ``.pth`` line after
 them puts softcapgrad's own site folder (torch, numpy and the rest) on its path. No torch is downloaded or copied.
-It lives in ``${XDG_CACHE_HOME:-~/.cache}/softcapgrad/releases/transformers-<version>``, is built in a temporary
-folder beside it and renamed into place with its stamp, and is run only when environments/trust.py trusts it, as the
-engine environments are.
+It lives in ``${XDG_CACHE_HOME:-~/.cache}/softcapgrad/releases/transformers-<version>`` (engines/releases/light.py
+builds it and says when it is trusted).
 
 Each release runs parity's transformers adapter on the tiny Gemma 2 (``default`` and ``eager``): the attention
 implementation the loaded model records, and the attention cap's verdict from the log-probabilities' distances to
@@ -16,20 +15,15 @@ the capped and the attention-off references. Releases run one at a time (each ch
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
-from softcapgrad.core import child, owner_only
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines.forward import catalog, parity, parity_run
-from softcapgrad.engines.environments import environments, trust
-from softcapgrad.engines.releases import ranges
+from softcapgrad.engines.environments import environments
+from softcapgrad.engines.releases import light, ranges
 
 # The releases PyPI lists from 4.51.0 (the oldest that a pinning project below admits) to 5.25.0, in order; yanked
 # and pre-releases are not listed.
@@ -51,18 +45,16 @@ DEPENDENTS = (
                           "<=5.17.0,>=4.52.4"),
     ("axolotl 0.19.0", "==5.16.1"),
 )
-STAMP = "softcapgrad-release.json"
+STAMP = light.STAMP
 ATTENTION = re.compile(r"attention (\S+),")  # the adapter's own line: "..., attention sdpa, weights float32, ..."
 
 
 def root() -> Path:
-    return environments.cache_root().parent / "releases"
+    return light.root()
 
 
 def folder(version: str, where: Path | None = None) -> Path:
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version):
-        raise InputError(f"--release {version!r}: a release is written as digits and dots, such as 5.6.0")
-    return (where or root()) / f"transformers-{version}"
+    return light.folder("transformers", version, where)
 
 
 def listed(version: str) -> str:
@@ -84,23 +76,12 @@ def listed(version: str) -> str:
 
 
 def site(path: Path) -> Path:
-    return path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    return light.site(path)
 
 
 def state(version: str, where: Path | None = None) -> environments.State:
     """The light environment of a release as parity's runner takes it: installed, or why not."""
-    here, name = folder(version, where), f"transformers-{version}"
-    if not os.path.lexists(here):
-        return environments.State(name, "not installed", here, None, {}, 0, "")
-    why = trust.root_distrust(here.parent) or trust.environment_distrust(here, trust.walk(here)[1],
-                                                                          environments.interpreter(here))
-    if why:
-        return environments.State(name, "untrusted", here, None, {}, 0, why, here)
-    try:
-        versions = json.loads((here / STAMP).read_text(encoding="utf-8"))["versions"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return environments.State(name, "broken", here, None, {}, 0, f"its stamp {STAMP} is missing or unreadable")
-    return environments.State(name, "installed", here, environments.interpreter(here), versions, 0, "")
+    return light.state_at(folder(version, where))
 
 
 def _needed(version: str, scratch: Path, say) -> dict[str, str]:
@@ -115,41 +96,7 @@ def _needed(version: str, scratch: Path, say) -> dict[str, str]:
 
 def build(version: str, where: Path | None = None, say=lambda line: None) -> Path:
     """The light environment of ``version``, built if absent, reused otherwise; its folder."""
-    here = folder(version, where)
-    parent = here.parent
-    with child.terminating("terminated; the build's processes were stopped and its temporary folder removed"), \
-            owner_only.owner_writes_only():
-        parent.mkdir(parents=True, exist_ok=True)
-        st = state(version, where)
-        if st.state == "untrusted":
-            raise InputError(f"transformers {version}: its environment is untrusted ({st.reason}): remove "
-                             f"{st.suspect}")
-        if st.state == "installed":
-            return here
-        with environments._locked(parent, here.name):
-            shutil.rmtree(here, ignore_errors=True)  # broken: built afresh
-            tmp = parent / f".{here.name}.building-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            try:
-                base = getattr(sys, "_base_executable", sys.executable)
-                environments._step([base, "-m", "venv", "--without-pip", str(tmp)], parent, say,
-                                   f"transformers {version}: creating the environment", 0)
-                with tempfile.TemporaryDirectory(prefix="softcapgrad-release-") as scratch:
-                    pins = _needed(version, Path(scratch), say)
-                if pins:  # none: softcapgrad's own environment holds this release already
-                    environments._step([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-                                        str(site(tmp)), *(f"{k}=={v}" for k, v in sorted(pins.items()))], parent,
-                                       say, f"transformers {version}: installing {len(pins)} packages", len(pins))
-                else:
-                    site(tmp).mkdir(parents=True, exist_ok=True)
-                (site(tmp) / "zz-softcapgrad-main.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
-                                                                   encoding="utf-8")
-                (tmp / STAMP).write_text(json.dumps({"versions": pins}, sort_keys=True) + "\n", encoding="utf-8")
-                os.rename(tmp, here)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    say(f"transformers {version}: installed ({trust.size(here) / 2**20:.0f} MiB)")
-    return here
+    return light.build_at(folder(version, where), lambda scratch: _needed(version, scratch, say), say)
 
 
 def attention_of(did: str) -> str:
