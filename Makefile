@@ -26,7 +26,7 @@
 # make default-attention: transformers' default attention on Gemma 2 release by release, bisected (a light
 # environment per release under ~/.cache/softcapgrad/releases, reusing this torch); results/default-attention.json, .md.
 # make incidents: the public soft-cap incidents, each replayed on its release before and after the fix where the tool
-# reaches it (transformers' light release environments built first where missing), judged caught or missed:
+# reaches it (the light release environments built first where missing), judged caught or missed:
 # results/incidents.json, .md.
 PYTHON ?= python3
 VENV := .venv

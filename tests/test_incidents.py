@@ -160,3 +160,23 @@ def test_the_2026_sdpa_incident_replays_as_committed():
                      if r["id"] == "transformers-sdpa-2026")
     assert row["outcome"] == "caught"
     assert [row[s]["verdict"] for s in ("before", "after")] == [committed[s]["verdict"] for s in ("before", "after")]
+
+
+def test_a_light_package_side_is_not_built_without_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # an empty cache: no light environment is there
+    row = replay.replay([catalog.by_id()["unsloth-zoo-rl-z-tanh"]], False)[0]
+    assert row["before"]["state"] == row["after"]["state"] == "not built"
+    assert row["before"]["detail"] == "softcapgrad incidents --install --only unsloth-zoo-rl-z-tanh"
+    assert row["outcome"] == "not replayed" and not list(tmp_path.iterdir())
+
+
+@pytest.mark.downloads
+@pytest.mark.engine_environments("main")
+def test_the_unsloth_zoo_rl_incident_replays_as_committed():
+    """Live: unsloth-zoo 2026.4.6 and 2026.4.7 each alone in a light environment, the RL route run with each: the
+    wrong form before, applied after, as the committed results hold them."""
+    row = replay.replay([catalog.by_id()["unsloth-zoo-rl-z-tanh"]], True)[0]
+    committed = next(r for r in json.loads((RESULTS / "incidents.json").read_text(encoding="utf-8"))["incidents"]
+                     if r["id"] == "unsloth-zoo-rl-z-tanh")
+    assert row["outcome"] == "caught" and row["before"]["verdict"] == "wrong form"
+    assert [row[s]["verdict"] for s in ("before", "after")] == [committed[s]["verdict"] for s in ("before", "after")]

@@ -30,10 +30,10 @@ def verdict_ratio() -> float:
     return tv.verdict.RATIO
 
 
-def _adapter():
+def _adapter(name: str = "train_transformers"):
     """The adapter script as a module (its siblings on the path, as the runner's child has them)."""
     sys.path += [str(p) for p in catalog.ADAPTER_PATH if str(p) not in sys.path]
-    spec = importlib.util.spec_from_file_location("adapter_train_transformers", catalog.script("train_transformers"))
+    spec = importlib.util.spec_from_file_location(f"adapter_{name}", catalog.script(name))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -207,6 +207,20 @@ def test_bad_python_paths_are_one_line_before_anything_else(cli, folders, tmp_pa
         assert said in _refused(cli, str(folders / "bound"), *args)
 
 
+def test_the_python_given_is_recorded_without_the_home_folder(cli, folders, monkeypatch):
+    """params' python is cleaned as parity cleans its paths (parity.private): an interpreter under the home folder
+    is written from ``~/``, so the results name no user's folder. Home is this interpreter's grandparent folder
+    here, so the path the test gives is under it; the route runs with it as any --python run does."""
+    from pathlib import Path
+
+    _one_route(monkeypatch)
+    python = Path(os.sys.executable)
+    home = python.parents[2]
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: home))
+    data = _run(cli, str(folders / "bound"), "--engine", "transformers", "--python", str(python))
+    assert data["params"]["python"] == f"~/{python.relative_to(home)}" != str(python)
+
+
 @pytest.mark.slow
 @pytest.mark.engine_environments("train-peft")
 def test_python_runs_the_engine_with_the_interpreter_given_and_records_it(cli, folders, monkeypatch, tmp_path,
@@ -220,7 +234,7 @@ def test_python_runs_the_engine_with_the_interpreter_given_and_records_it(cli, f
     data = _run(cli, str(folders / "bound"), "--engine", "peft-trl", "--python", str(env.python),
                 "--out", str(tmp_path / "out"))
     assert [r["verdict"] for r in data["rows"]] == [tv.APPLIED, tv.APPLIED], data["rows"]
-    assert data["params"]["python"] == str(env.python)
+    assert data["params"]["python"] == private(str(env.python))
     written = json.loads((tmp_path / "out" / "train-parity.json").read_text(encoding="utf-8"))
     (route,) = written["routes"]
     shown = private(str(env.python))  # the file writes the engines cache as <engines> (parity.private)

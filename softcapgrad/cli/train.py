@@ -88,7 +88,7 @@ def train_parity(
                               "nanochat).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
         "--engine", help="transformers, transformers-4, transformers-5.0, peft-trl, torchtune, litgpt, kerashub, "
-                         "mlx-lm, fused-loss, gemma-jax, unsloth, axolotl, easydel, penzai or all (repeatable; "
+                         "mlx-lm, fused-loss, gemma-jax, unsloth, axolotl, easydel, penzai, unsloth-zoo-rl or all (repeatable; "
                          "default all). Environments are used as built unless --install.")] = None,
     install: Annotated[bool, typer.Option("--install", help="Build the chosen engines' missing environments "
                                                             "first.")] = False,
@@ -195,8 +195,11 @@ def train_parity(
         finally:
             torch.set_num_threads(threads)
         folder.note_interpreter(results, facts)
+        from softcapgrad.engines.forward.parity import private  # the results are shared: no home folder in them
+
         params = {"model_types": types, "engines": names, "seq_len": n, "seed": s, "timeout": timeout,
-                  **({"prompts": str(prompts)} if prompts else {}), **({"python": facts["path"]} if facts else {})}
+                  **({"prompts": str(prompts)} if prompts else {}),
+                  **({"python": private(facts["path"])} if facts else {})}
         from softcapgrad.cli.parity_runs import provenance
 
         data = train_results.as_dict(results, params, provenance(states, facts))

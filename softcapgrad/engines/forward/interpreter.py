@@ -30,7 +30,8 @@ IMPORTS = {"transformers": ("transformers", "torch"), "torchexport": ("torch", "
            "vllm_cpu": ("vllm",), "kerashub": ("keras", "jax"), "ct2": ("ctranslate2",),
            "executorch_rt": ("executorch", "optimum"), "gemma_jax": ("gemma",), "lit_gpt": ("litgpt",),
            "mistral_rs": ("mistralrs",), "mlxlm": ("mlx_lm",), "openvino_intel": ("optimum", "openvino"),
-           "optimum_onnx": ("optimum", "onnxruntime"), "tiny_grad": ("tinygrad",), "torch_tune": ("torchtune",)}
+           "optimum_onnx": ("optimum", "onnxruntime"), "tiny_grad": ("tinygrad",), "torch_tune": ("torchtune",),
+           "train_unsloth_rl": ("transformers", "torch", "unsloth_zoo")}
 ANY_OF = {"kerashub": ("keras_nlp", "keras_hub")}  # modules of which the adapter needs one (the first it speaks)
 PROBE = ("import sys, json, importlib.util as u, importlib.metadata as m\n"
          "found = {}\n"

@@ -8,9 +8,10 @@ empty) rather than guessing one. Nothing here is a measurement: what the tool sa
 ``reach`` says how far the tool gets today:
 
 - ``cpu``: replayable on a CPU, by ``replay``: ``release`` (a light environment of a transformers release, as
-  ``parity-releases`` builds), ``python`` (an engine environment at the release, run as ``parity --python``; a
-  light one where releases.WITHOUT_DEPS names the package) or
-  ``results`` (the verdict the committed results/parity.json or train-parity.json hold for that route);
+  ``parity-releases`` builds), ``python`` (run as ``parity --python`` in a light environment of the package's
+  release, engines/releases/light.py, where its ``WITHOUT_DEPS`` names the package; otherwise not built), ``train``
+  (the same, run as ``train-parity --python``) or ``results`` (the verdict the committed results/parity.json or
+  train-parity.json hold for that route);
 - ``gpu``: its code runs only on a GPU; ``command`` is the prepared check;
 - ``no fix``: the index holds the release with the bug but none with a fix (or no release ever shipped one: the cap
   is lost by a caller), so only the before side is replayed;
@@ -22,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 REACH = ("cpu", "gpu", "no fix", "out of reach")
-REPLAY = ("release", "python", "results", "")
+REPLAY = ("release", "python", "train", "results", "")
 PYTHON = "{python}"  # in a command: the interpreter of the side's environment
 
 
@@ -116,11 +117,16 @@ INCIDENTS: tuple[Incident, ...] = (
              "softcapgrad parity --engine kerashub --python {python} --model-type gemma2 --out none",
              Judge("kerashub", "score", "gemma2", "final", ("ignored",)),
              "keras-nlp's light environment: the release without its dependencies, Keras 3.15.1 and TensorFlow's "
-             "CPU build (releases.WITHOUT_DEPS); the generate route (the sampler's logits) is in the detail"),
+             "CPU build (light.WITHOUT_DEPS); the generate route (the sampler's logits) is in the detail"),
     Incident("unsloth-zoo-rl-z-tanh", "PR #593 (unsloth-zoo, as issue 55 cites it)", "unsloth-zoo",
-             "the RL losses compute z·tanh(z/c) instead of c·tanh(z/c)",
-             Release("unsloth-zoo", "2026.4.6"), Release("unsloth-zoo", "2026.4.7"), "out of reach", "", "", None,
-             "train-parity has no route that calls unsloth-zoo's RL loss functions"),
+             "the RL losses compute z·tanh(z/c) instead of c·tanh(z/c) (unsloth_zoo/rl_replacements.py line 97 in "
+             "chunked_hidden_states_selective_log_softmax, both releases)",
+             Release("unsloth-zoo", "2026.4.6"), Release("unsloth-zoo", "2026.4.7"), "cpu", "train",
+             "softcapgrad train-parity --engine unsloth-zoo-rl --python {python} --model-type gemma2 --out none",
+             Judge("unsloth-zoo-rl", "grpo", "gemma2", "final", ("wrong form",), ("applied forward and backward",),
+                   "train-parity.json"),
+             "the function is read from the release's own file and run eagerly (its torch.compile decorator left "
+             "out): the release cannot be imported without a GPU"),
     Incident("llamacpp-2024-converter", "", "llama.cpp",
              "the Gemma 2 caps in llama.cpp's converter and runtime of mid-2024", None, None, "out of reach", "",
              "", None,

@@ -4,9 +4,11 @@
   release and the few pure packages it needs, this environment's torch), run through ``releases.one`` (parity's
   transformers adapter at the default attention on the tiny Gemma 2). Built only with ``install``, one at a time;
   otherwise the side says ``not built`` and names the command that builds it.
-- ``python``: an engine environment at the release, run as ``parity --python``: the light environment releases.py
-  builds for the packages of its ``WITHOUT_DEPS`` (keras-nlp), with ``install``; for any other package the side
-  says ``not built`` with what it needs.
+- ``python``: an engine environment at the release, run as ``parity --python``: the package's light environment
+  (engines/releases/light.py, for the packages of its ``WITHOUT_DEPS``: keras-nlp), built only with ``install``;
+  for any other package the side says ``not built`` with what it needs.
+- ``train``: the same light environment (unsloth-zoo), the deciding engine's train-parity routes run with its
+  interpreter, as ``train-parity --python`` runs them.
 - ``results``: the row the committed results/parity.json or train-parity.json holds for the deciding route: what the
   tool said when those results were written, not re-run here.
 """
@@ -31,24 +33,38 @@ def _fmt(x) -> str:
     return "" if x is None else f"{x:.3g}"
 
 
+def _built(incident: Incident, release: Release, install: bool, command: str, state, build) -> tuple:
+    """(the side's light environment State, None), or (None, the side that says why it cannot run): untrusted, not
+    built without ``install``, or a build that failed."""
+    from softcapgrad.core.checks import InputError
+    from softcapgrad.engines.environments import environments
+
+    st = state()
+    if st.state == "untrusted":
+        return None, _side(release, "could not run", detail=f"its environment is untrusted ({st.reason})",
+                           command=command)
+    if st.state != "installed":
+        if not install:
+            return None, _side(release, "not built", detail=f"softcapgrad incidents --install --only {incident.id}",
+                               command=command)
+        try:
+            build()
+        except (environments.BuildError, OSError, InputError) as err:
+            return None, _side(release, "could not run", detail=f"its release did not install: {err}",
+                               command=command)
+        st = state()
+    return st, None
+
+
 def from_release(incident: Incident, release: Release, install: bool, session: dict, say, timeout: float) -> dict:
     """One side of a transformers release incident: its light environment's verdict on the deciding cap."""
-    from softcapgrad.engines.environments import environments
     from softcapgrad.engines.releases import releases
 
     command = side_command(incident, release)
-    st = releases.state(release.version)
-    if st.state == "untrusted":
-        return _side(release, "could not run", detail=f"its environment is untrusted ({st.reason})", command=command)
-    if st.state != "installed":
-        if not install:
-            return _side(release, "not built", detail=f"softcapgrad incidents --install --only {incident.id}",
-                         command=command)
-        try:
-            releases.build(release.version, None, say)
-        except (environments.BuildError, OSError) as err:
-            return _side(release, "could not run", detail=f"its release did not install: {err}", command=command)
-        st = releases.state(release.version)
+    st, failed = _built(incident, release, install, command, lambda: releases.state(release.version),
+                        lambda: releases.build(release.version, None, say))
+    if failed:
+        return failed
     row = releases.one(release.version, _reference(session), session["work"], timeout, None, say, False, st)
     if row.get("reason"):
         return _side(release, "could not run", detail=row["reason"], command=command)
@@ -69,33 +85,30 @@ def _reference(session: dict):
     return session["reference"]
 
 
+def _light(incident: Incident, release: Release, install: bool, say, command: str) -> tuple:
+    """The package's light environment for a ``python`` or ``train`` side: (State, None), or (None, the side that
+    says why not: a package light.py builds no environment for, or _built's reasons)."""
+    from softcapgrad.engines.releases import light
+
+    if release.package not in light.WITHOUT_DEPS:
+        return None, _side(release, "not built",
+                           detail=(f"needs an environment with {release.package}=={release.version} (no light "
+                                   f"environment is built for it; --install does not build it), then this command "
+                                   f"with its interpreter"), command=command)
+    return _built(incident, release, install, command, lambda: light.state(release.package, release.version),
+                  lambda: light.build(release.package, release.version, None, say))
+
+
 def from_python(incident: Incident, release: Release, install: bool, session: dict, say, timeout: float) -> dict:
-    """One side run as ``parity --python``: the engine's routes in the release's light environment (releases.py,
-    for the packages it builds: ``WITHOUT_DEPS``), judged on the deciding route; the other routes' verdicts on the
-    same cap in the detail."""
+    """One side run as ``parity --python`` in the release's light environment, judged on the deciding route; the
+    other routes' verdicts on the same cap in the detail."""
     from softcapgrad.core.checks import InputError
-    from softcapgrad.engines.environments import environments
     from softcapgrad.engines.forward import catalog, interpreter, parity_run
-    from softcapgrad.engines.releases import releases
 
     command = side_command(incident, release)
-    if release.package not in releases.WITHOUT_DEPS:
-        return _side(release, "not built",
-                     detail=(f"needs an environment with {release.package}=={release.version} (no light "
-                             f"environment is built for it; --install does not build it), then this command with "
-                             f"its interpreter"), command=command)
-    st = releases.state(release.version, None, release.package)
-    if st.state not in ("installed", "untrusted") and install:
-        try:
-            releases.build(release.version, None, say, release.package)
-        except (environments.BuildError, OSError, InputError) as err:
-            return _side(release, "could not run", detail=f"its release did not install: {err}", command=command)
-        st = releases.state(release.version, None, release.package)
-    if st.state != "installed":
-        detail = (f"softcapgrad incidents --install --only {incident.id}" if st.state == "not installed"
-                  else f"its environment is {st.state} ({st.reason})")
-        return _side(release, "not built" if st.state == "not installed" else "could not run", detail=detail,
-                     command=command)
+    st, failed = _light(incident, release, install, say, command)
+    if failed:
+        return failed
     j = incident.judge
     engine = catalog.engines()[j.engine]
     try:
@@ -116,6 +129,29 @@ def from_python(incident: Incident, release: Release, install: bool, session: di
         return _side(release, "could not run", detail=info.get("reason") or f"no {j.cap} cap row", command=command)
     detail = f"ran {speaks}; {j.cap} cap, largest log-prob distances: " + "; ".join(verdicts)
     return _side(release, "ran", row["verdict"], detail, command)
+
+
+def from_train(incident: Incident, release: Release, install: bool, session: dict, say, timeout: float) -> dict:
+    """One side of a training incident: the deciding engine's train-parity routes run with the interpreter of the
+    release's light environment (as ``--python`` runs them) on the tiny model type the judge names."""
+    from softcapgrad.engines.forward import modeltypes, reference as ref
+    from softcapgrad.engines.training import parity as train_parity
+    from softcapgrad.models import audit
+
+    j, command = incident.judge, side_command(incident, release)
+    st, failed = _light(incident, release, install, say, command)
+    if failed:
+        return failed
+    src = audit.source(None, modeltypes.model_type(j.model), ref.tiny_sets(j.model))
+    done = train_parity.measure(src, j.model, [j.engine], {train_parity.ENGINES[j.engine]: st}, 16, 0, timeout)
+    found = next((r for r in done.rows if (r["route"], r["cap"]) == (j.route, j.cap)), None)
+    info = next((r for r in done.routes if r["route"] == j.route), {})
+    if found is None or found["verdict"] == "could not run":
+        return _side(release, "could not run", detail=info.get("reason") or "no row", command=command)
+    detail = (f"largest log-prob distance to {found.get('forward_cell') or 'no reference'} "
+              f"{_fmt(found.get('forward_error'))} (tolerance {_fmt(found.get('forward_tolerance'))}), gradients "
+              f"{_fmt(found.get('grad_error'))} ({_fmt(found.get('grad_tolerance'))}); ran {info.get('did', '')}")
+    return _side(release, "ran", found["verdict"], detail, command)
 
 
 def from_results(incident: Incident, release: Release, results: Path, loaded: dict) -> dict:
@@ -161,6 +197,8 @@ def replay_one(incident: Incident, install: bool, session: dict, results: Path, 
             sides.append(from_release(incident, release, install, session, say, timeout))
         elif incident.replay == "python":
             sides.append(from_python(incident, release, install, session, say, timeout))
+        elif incident.replay == "train":
+            sides.append(from_train(incident, release, install, session, say, timeout))
         else:
             sides.append(from_results(incident, release, results, session.setdefault("loaded", {})))
     return judge.row(incident, *sides)

@@ -4,9 +4,8 @@ A light environment is a virtual environment without pip (``python -m venv --wit
 holds one transformers release and the few pure packages that release needs at other versions than softcapgrad's
 own environment holds (pip's resolver names them, in a dry run against that environment); one ``.pth`` line after
 them puts softcapgrad's own site folder (torch, numpy and the rest) on its path. No torch is downloaded or copied.
-It lives in ``${XDG_CACHE_HOME:-~/.cache}/softcapgrad/releases/transformers-<version>``, is built in a temporary
-folder beside it and renamed into place with its stamp, and is run only when environments/trust.py trusts it, as the
-engine environments are.
+It lives in ``${XDG_CACHE_HOME:-~/.cache}/softcapgrad/releases/transformers-<version>`` (engines/releases/light.py
+builds it and says when it is trusted).
 
 Each release runs parity's transformers adapter on the tiny Gemma 2 (``default`` and ``eager``): the attention
 implementation the loaded model records, and the attention cap's verdict from the log-probabilities' distances to
@@ -15,21 +14,14 @@ the capped and the attention-off references. Releases run one at a time (each ch
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
-from softcapgrad.core import child, owner_only
 from softcapgrad.core.checks import InputError
 from softcapgrad.engines.forward import catalog, parity, parity_run
-from softcapgrad.engines.environments import environments, trust
-from softcapgrad.engines.releases import ranges
+from softcapgrad.engines.environments import environments
+from softcapgrad.engines.releases import light, ranges
 
 # The releases PyPI lists from 4.51.0 (the oldest that a pinning project below admits) to 5.25.0, in order; yanked
 # and pre-releases are not listed.
@@ -51,23 +43,11 @@ DEPENDENTS = (
                           "<=5.17.0,>=4.52.4"),
     ("axolotl 0.19.0", "==5.16.1"),
 )
-STAMP = "softcapgrad-release.json"
-# Packages whose light environment installs the release itself without its dependencies, and these in their place
-# (resolved against softcapgrad's own environment): keras-nlp's tensorflow-text would pull the whole TensorFlow
-# build; keras-nlp 0.14 imports TensorFlow (keras_nlp/src/utils/tensor_utils.py:15-21 at 0.14.1), so its CPU build,
-# and Keras at the Keras Hub environment's pin (requirements/kerashub.txt). JAX and numpy come from softcapgrad's own.
-WITHOUT_DEPS = {"keras-nlp": ("keras==3.15.1", "tensorflow-cpu==2.21.0", "absl-py", "packaging", "regex", "rich")}
 ATTENTION = re.compile(r"attention (\S+),")  # the adapter's own line: "..., attention sdpa, weights float32, ..."
 
 
-def root() -> Path:
-    return environments.cache_root().parent / "releases"
-
-
-def folder(version: str, where: Path | None = None, package: str = "transformers") -> Path:
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version):
-        raise InputError(f"--release {version!r}: a release is written as digits and dots, such as 5.6.0")
-    return (where or root()) / f"{package}-{version}"
+def folder(version: str, where: Path | None = None) -> Path:
+    return light.folder("transformers", version, where)
 
 
 def listed(version: str) -> str:
@@ -88,76 +68,14 @@ def listed(version: str) -> str:
                      f"are {spelled[below]} and {spelled[above]}")
 
 
-def site(path: Path) -> Path:
-    return path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+def state(version: str, where: Path | None = None) -> environments.State:
+    """The light environment of a transformers release as parity's runner takes it: installed, or why not."""
+    return light.state("transformers", version, where)
 
 
-def state(version: str, where: Path | None = None, package: str = "transformers") -> environments.State:
-    """The light environment of a release as parity's runner takes it: installed, or why not."""
-    here, name = folder(version, where, package), f"{package}-{version}"
-    if not os.path.lexists(here):
-        return environments.State(name, "not installed", here, None, {}, 0, "")
-    why = trust.root_distrust(here.parent) or trust.environment_distrust(here, trust.walk(here)[1],
-                                                                          environments.interpreter(here))
-    if why:
-        return environments.State(name, "untrusted", here, None, {}, 0, why, here)
-    try:
-        versions = json.loads((here / STAMP).read_text(encoding="utf-8"))["versions"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return environments.State(name, "broken", here, None, {}, 0, f"its stamp {STAMP} is missing or unreadable")
-    return environments.State(name, "installed", here, environments.interpreter(here), versions, 0, "")
-
-
-def _needed(version: str, scratch: Path, say, package: str = "transformers") -> dict[str, str]:
-    """package -> version: what pip would install into softcapgrad's own environment for package==version
-    (the release and the packages it needs at other versions), from a dry run's report; for a package of
-    WITHOUT_DEPS, the release alone and what its companions need."""
-    report = scratch / "report.json"
-    asked = WITHOUT_DEPS.get(package, (f"{package}=={version}",))
-    environments._step([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
-                        *asked], scratch, say, f"{package} {version}: resolving", 0)
-    found = json.loads(report.read_text(encoding="utf-8"))["install"]
-    pins = {item["metadata"]["name"]: item["metadata"]["version"] for item in found}
-    return {**pins, package: version} if package in WITHOUT_DEPS else pins
-
-
-def build(version: str, where: Path | None = None, say=lambda line: None, package: str = "transformers") -> Path:
-    """The light environment of ``package`` at ``version``, built if absent, reused otherwise; its folder."""
-    here = folder(version, where, package)
-    parent = here.parent
-    with child.terminating("terminated; the build's processes were stopped and its temporary folder removed"), \
-            owner_only.owner_writes_only():
-        parent.mkdir(parents=True, exist_ok=True)
-        st = state(version, where, package)
-        if st.state == "untrusted":
-            raise InputError(f"{package} {version}: its environment is untrusted ({st.reason}): remove "
-                             f"{st.suspect}")
-        if st.state == "installed":
-            return here
-        with environments._locked(parent, here.name):
-            shutil.rmtree(here, ignore_errors=True)  # broken: built afresh
-            tmp = parent / f".{here.name}.building-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            try:
-                base = getattr(sys, "_base_executable", sys.executable)
-                environments._step([base, "-m", "venv", "--without-pip", str(tmp)], parent, say,
-                                   f"{package} {version}: creating the environment", 0)
-                with tempfile.TemporaryDirectory(prefix="softcapgrad-release-") as scratch:
-                    pins = _needed(version, Path(scratch), say, package)
-                if pins:  # none: softcapgrad's own environment holds this release already
-                    environments._step([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-                                        str(site(tmp)), *(f"{k}=={v}" for k, v in sorted(pins.items()))], parent,
-                                       say, f"{package} {version}: installing {len(pins)} packages", len(pins))
-                else:
-                    site(tmp).mkdir(parents=True, exist_ok=True)
-                (site(tmp) / "zz-softcapgrad-main.pth").write_text(sysconfig.get_paths()["purelib"] + "\n",
-                                                                   encoding="utf-8")
-                (tmp / STAMP).write_text(json.dumps({"versions": pins}, sort_keys=True) + "\n", encoding="utf-8")
-                os.rename(tmp, here)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    say(f"{package} {version}: installed ({trust.size(here) / 2**20:.0f} MiB)")
-    return here
+def build(version: str, where: Path | None = None, say=lambda line: None) -> Path:
+    """The light environment of a transformers release, built if absent, reused otherwise; its folder."""
+    return light.build("transformers", version, where, say)
 
 
 def attention_of(did: str) -> str:

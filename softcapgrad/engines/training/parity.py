@@ -22,7 +22,7 @@ from softcapgrad.engines.training import folder, reference as tr, signature, ver
 from softcapgrad.engines.training.routes import (  # noqa: F401
     ADAPTER, ADAPTERS, AXOLOTL_ROUTES, EASYDEL_ROUTES, ENGINES, FUSED_ROUTES, GEMMA_JAX_ROUTES, KERAS_ROUTES, LIBRARIES,
     LIBRARY_ROUTES, LIT_ROUTES, MLX_ROUTES, PENZAI_ROUTES, ROUTES, ROUTES_OF, TRAINER_ROUTES, TUNE_ROUTES,
-    UNSLOTH_ROUTES, _short, routes,
+    UNSLOTH_RL_ROUTES, UNSLOTH_ROUTES, _short, routes,
 )
 from softcapgrad.engines.training.zeros import (  # noqa: F401
     ATTENTION_ADAPTERS, ATTENTION_FOLDER, CAP_STACK, FORMATS, HIDDEN_NOTE, NO_ZERO, ROW_SPAN, ROWS, ROWS_FOLDER, STACK,

@@ -37,6 +37,14 @@ FF_NORMS = ("pre_feedforward_layernorm", "post_feedforward_layernorm")
 HIDDEN_EXCHANGED = HIDDEN + ", the pre- and post-feed-forward norms exchanged"
 EXCHANGED = SWAPPED_HIDDEN + ", the pre- and post-feed-forward norms exchanged"
 WHOLE_FORMS = (SWAPPED, SWAPPED_HIDDEN, EXCHANGED)  # forms that change both caps at once
+Z_TANH = "the final cap computed as a·tanh(a/c) for c·tanh(a/c)"  # unsloth-zoo 2026.4.6's RL log-softmax
+
+
+def z_tanh(a, c):
+    """The wrong form of the final cap, forward and (its own) backward: a·tanh(a/c)."""
+    import torch
+
+    return a * torch.tanh(a / c)
 FORM_NAMES = ("straight-through (the upstream gradient unchanged)", "detached (no gradient through the cap)",
               "the gradient of a·tanh(a/c) instead", "the exact backward rounded to bf16")
 
@@ -321,6 +329,7 @@ def train_reference(model, ids: np.ndarray, scales: dict, applied: dict) -> Trai
     others.update(_outside(wide, ids, caps))
     if caps["final"] is not None:  # a library that caps the normed hidden state (torchtune's Gemma2FinalNorm)
         others[HIDDEN] = step(wide, ids, hidden=True)
+        others[Z_TANH] = step(wide, ids, final_fn=z_tanh)
         if (exchanged := _exchanged(wide, ids, swap=False)) is not None:
             others[HIDDEN_EXCHANGED] = exchanged
         if applied["attention"] and (both := _swapped(wide, ids, hidden=True)) is not None:

@@ -11,11 +11,11 @@ ENGINES = {"transformers": MAIN, "transformers-4": "transformers-4", "transforme
            "peft-trl": "train-peft", "torchtune": "torchtune", "litgpt": "litgpt", "kerashub": "train-kerashub",
            "mlx-lm": "mlx-lm", "fused-loss": "train-fused", "gemma-jax": "gemma-jax", "unsloth": "train-unsloth",
            "axolotl": "train-axolotl", "easydel": "train-easydel",
-           "penzai": "train-penzai"}
+           "penzai": "train-penzai", "unsloth-zoo-rl": "train-unsloth"}
 ADAPTERS = {"torchtune": "train_torch_tune", "litgpt": "train_lit_gpt",  # engine -> its training adapter (else ADAPTER)
             "kerashub": "train_kerashub", "mlx-lm": "train_mlxlm", "fused-loss": "train_fused",
             "gemma-jax": "train_gemma_jax", "unsloth": "train_unsloth", "axolotl": "train_axolotl",
-            "easydel": "train_easydel", "penzai": "train_penzai"}
+            "easydel": "train_easydel", "penzai": "train_penzai", "unsloth-zoo-rl": "train_unsloth_rl"}
 TRAINER_ROUTES = (
     catalog.Route("default", "Trainer, one step at its defaults (fp32); attention as transformers picks it"),
     catalog.Route("eager", 'Trainer at its defaults, attn_implementation="eager"'),
@@ -79,7 +79,11 @@ EASYDEL_ROUTES = (  # EasyDeL's own Flax model from its reader of the folder, it
     catalog.Route("bf16", "the same with dtype and param_dtype bfloat16", "bf16"))
 PENZAI_ROUTES = (catalog.Route("default", "penzai's own Gemma (JAX) from the folder's weights, through its own reader "
                                            "of a Hugging Face folder or model for Gemma if it ships one"),)
-ROUTES_OF = {"unsloth": UNSLOTH_ROUTES, "axolotl": AXOLOTL_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES,
+UNSLOTH_RL_ROUTES = (  # an RL trainer's per-token log-probs: the final cap inside its log-softmax of the hidden state
+    catalog.Route("grpo", "unsloth-zoo's chunked_hidden_states_selective_log_softmax as unsloth's GRPO trainer calls "
+                          "it (logit_softcapping=final_logit_softcapping, temperature 1.0) on transformers' final "
+                          "hidden state; the loss −mean(log-probs), judged on the log-probs and gradients"),)
+ROUTES_OF = {"unsloth-zoo-rl": UNSLOTH_RL_ROUTES, "unsloth": UNSLOTH_ROUTES, "axolotl": AXOLOTL_ROUTES, "peft-trl": LIBRARY_ROUTES, "torchtune": TUNE_ROUTES,
              "litgpt": LIT_ROUTES, "kerashub": KERAS_ROUTES, "mlx-lm": MLX_ROUTES, "fused-loss": FUSED_ROUTES,
              "gemma-jax": GEMMA_JAX_ROUTES, "easydel": EASYDEL_ROUTES,
              "penzai": PENZAI_ROUTES}
@@ -90,7 +94,7 @@ DEFAULTS = {  # the routes a user runs without changing a setting, and the mixed
     "peft-trl": ("lora", "sft"), "torchtune": ("default",), "litgpt": ("default",),
     "kerashub": ("jax", "jax-mixed-bf16", "torch", "torch-mixed-bf16"), "mlx-lm": ("full", "lora"),
     "fused-loss": ("cce-default", "liger"), "gemma-jax": ("default",), "unsloth": ("lora", "full"),
-    "axolotl": ("default",), "easydel": ("default",), "penzai": ("default",)}
+    "axolotl": ("default",), "easydel": ("default",), "penzai": ("default",), "unsloth-zoo-rl": ("grpo",)}
 
 
 def routes(engine: str) -> tuple:
@@ -101,7 +105,7 @@ LIBRARIES = {"peft-trl": ("peft", "trl"), "torchtune": ("torchtune",), "litgpt":
              "kerashub": ("keras-hub", "keras", "jax"), "mlx-lm": ("mlx-lm", "mlx"),
              "fused-loss": ("cut-cross-entropy", "liger-kernel"), "gemma-jax": ("gemma",),
              "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft"), "easydel": ("easydel",),
-             "penzai": ("penzai", "jax")}
+             "penzai": ("penzai", "jax"), "unsloth-zoo-rl": ("unsloth-zoo", "unsloth")}
 
 
 NEEDS = {  # the distributions --python's interpreter must hold for the engine's adapter (names as pip lists them)
@@ -110,7 +114,7 @@ NEEDS = {  # the distributions --python's interpreter must hold for the engine's
     "litgpt": ("torch", "litgpt"), "kerashub": ("keras-hub", "keras", "jax"), "mlx-lm": ("mlx", "mlx-lm"),
     "fused-loss": ("torch", "transformers", "cut-cross-entropy", "liger-kernel"), "gemma-jax": ("gemma",),
     "unsloth": ("unsloth", "trl"), "axolotl": ("axolotl", "trl", "peft"), "easydel": ("easydel",),
-    "penzai": ("penzai",)}
+    "penzai": ("penzai",), "unsloth-zoo-rl": ("numpy", "torch", "transformers", "unsloth-zoo")}
 ABSENT = {  # model types an engine's routes have no model for, each measured as "no such architecture" on every
     # route (results/train-parity.json): train-parity DIR refuses a folder of one of them when no engine asked has it
     "transformers-4": ("nanochat",), "torchtune": ("gemma3_text", "nanochat"), "litgpt": ("nanochat",),

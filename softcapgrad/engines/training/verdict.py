@@ -31,8 +31,8 @@ import numpy as np
 from softcapgrad.engines.forward import verdict
 from softcapgrad.engines.forward.alternatives import WINDOWLESS
 from softcapgrad.engines.training.reference import (
-    FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, OFF, OUTSIDE, ROUNDED, SWAPPED, WHOLE_FORMS, lora_view, next_token_log_probs,
-    upstream,
+    FORM_NAMES, HIDDEN, HIDDEN_EXCHANGED, OFF, OUTSIDE, ROUNDED, SWAPPED, WHOLE_FORMS, Z_TANH, lora_view,
+    next_token_log_probs, upstream,
 )
 
 APPLIED = "applied forward and backward"
@@ -45,9 +45,11 @@ DIFFERENT = "different"
 NOT_BOUND = "not bound"
 NOT_SET = "not set"
 NO_ARCHITECTURE = "no such architecture"
-BAD = (OTHER, IGNORED, ELSEWHERE, NOT_FINITE, DIFFERENT)
+WRONG = "wrong form"  # the final cap computed as another function of a (a·tanh(a/c)): not "applied"
+BAD = (OTHER, IGNORED, ELSEWHERE, NOT_FINITE, DIFFERENT, WRONG)
 ON = {"capped": {"attention", "final"}, "attention off": {"final"}, "final off": {"attention"}, "uncapped": set(),
       HIDDEN: {"attention"}, HIDDEN_EXCHANGED: {"attention"},  # the attention cap in place, the final one elsewhere
+      Z_TANH: {"attention"},  # the attention cap in place, the final one in another form
       WINDOWLESS: {"attention", "final"},  # both caps, the local layers' window dropped
       **{n: {"attention", "final"} for n in OUTSIDE}, **{n + OFF: {"final"} for n in OUTSIDE}}  # other deviations
 BF16 = 2.0 ** -8
@@ -311,9 +313,11 @@ def _cap_row(cap, c, judged, local, extra) -> dict:
     for form in WHOLE_FORMS:
         if form in (f_cell, l_cell):
             return _row(cap, c, DIFFERENT, f"matches {form}", form=form, **extra)
+    grads = (f"its gradients match that model's ({g_how})" if g_cell == "exact" else
+             f"its gradients match none of that model's references ({g_how})")
+    if cap == "final" and Z_TANH in (f_cell, l_cell):
+        return _row(cap, c, WRONG, f"the returned log-probs match {Z_TANH} ({f_how}); {grads}", form=Z_TANH, **extra)
     if f_cell == WINDOWLESS and cap == "attention":  # the window is the attention's: its row says the model differs
-        grads = (f"its gradients match that model's ({g_how})" if g_cell == "exact" else
-                 f"its gradients match none of that model's references ({g_how})")
         return _row(cap, c, DIFFERENT, f"the returned logits match {WINDOWLESS}, both caps applied ({f_how}); {grads}",
                     form=WINDOWLESS, **extra)
     if f_cell in (HIDDEN, HIDDEN_EXCHANGED) and cap == "final":
