@@ -37,18 +37,30 @@ from softcapgrad.training.gaterows import CLOSED, Step, _closed, _saturated, bel
 from softcapgrad.training.tally import _SMALL, _zero_grads
 
 
+def step_of(block: dict, site) -> Step:
+    """The site's sums in this block: a Step made at the site's first call only (not one per call, thrown away)."""
+    s = block.get(site)
+    if s is None:
+        s = block[site] = Step()
+    return s
+
+
 def count_forward(s: Step, fn: str, x: torch.Tensor, y: torch.Tensor, heads: int | None = None) -> None:
-    """Add the call y = fn(x) to the step's sums (x, y detached); ``heads``: H of a per-head gate (gateheads.py),
-    whose per-head sums give the total too."""
-    if y.numel() == 0:
+    """Add the call y = fn(x) to the step's sums; ``heads``: H of a per-head gate (gateheads.py), whose per-head
+    sums give the total too."""
+    n = y.numel()
+    if n == 0:
         return
-    s.count += y.numel()
-    if y.device.type == "cpu" and y.numel() <= _LISTED:
-        closed, ys = s.closed, y.reshape(-1).tolist()
-        _listed(s, fn, x.reshape(-1).tolist(), ys)
+    s.count += n
+    if n <= _LISTED and y.is_cpu:  # one list at a time: the second takes the floats the first gave back
+        _range(s, x.reshape(-1).tolist())
+        ys = y.reshape(-1).tolist()
+        closed = 0 if min(ys) >= CLOSED else below(ys)  # min(ys): NaN, or the least number
+        _listed(s, fn, ys, closed)
         if heads:
-            s.heads = add_heads(s.heads, y, heads, s.closed - closed, ys)[0]
+            s.heads = add_heads(s.heads, y, heads, closed, ys)[0]
         return
+    x, y = x.detach(), y.detach()
     low = high = None
     if y.device.type == "cpu":  # one pass for the range, which usually leaves nothing else to count
         low, high = (v.item() for v in torch.aminmax(y))
@@ -67,14 +79,23 @@ def count_forward(s: Step, fn: str, x: torch.Tensor, y: torch.Tensor, heads: int
 _LISTED = 256  # elements: at most, a call is counted from Python lists of its values (see _listed)
 
 
-def _listed(s: Step, fn: str, xs: list[float], ys: list[float]) -> None:
-    """The same sums from the values as Python floats: for a small gate, reading them out once costs less than the
-    three or four reductions, each run cold between the model's kernels (compiled lfm3, two 64-element gates: the
-    watched step's extra fell from about 0.2 to 0.15 ms). The sum is math.fsum's, correctly rounded, where
-    torch's float64 sum is within (n − 1)·2⁻⁵³ of it, relatively; NaN anywhere makes the range NaN, as aminmax's."""
-    s.closed += 0 if min(ys) >= CLOSED else below(ys)  # min(ys): NaN, or the least number
+def _listed(s: Step, fn: str, ys: list[float], closed: int) -> None:
+    """The same sums from the values as Python floats (``closed``: the call's count below CLOSED): for a small gate,
+    reading them out once costs less than the three or four reductions, each run cold between the model's kernels
+    (compiled lfm3, two 64-element gates: the watched step's extra fell from about 0.2 to 0.15 ms). The sum is
+    math.fsum's, correctly rounded, where torch's float64 sum is within (n − 1)·2⁻⁵³ of it, relatively.
+
+    At most one call's list of floats is alive at a time (the input's range first, then the output's sums; in the
+    backward the upstream's median, then the gradient's zeros): a new float taken from memory the step has not
+    touched lately costs far more than one the last list just gave back (Laguna's close, in the step: the first
+    list of its router's 192 values took 50–90 µs, the same list again 5–10 µs)."""
+    s.closed += closed
     s.saturated += ys.count(0.0) + (ys.count(1.0) if fn != "softplus" else 0)
     s.total += math.fsum(ys)
+
+
+def _range(s: Step, xs: list[float]) -> None:
+    """The input's range from its values as Python floats; NaN anywhere makes it NaN, as aminmax's."""
     finite = sum(xs)  # NaN when some x is NaN (or both infinities are there): then look
     low, high = (math.nan, math.nan) if finite != finite and any(v != v for v in xs) else (min(xs), max(xs))
     s.low, s.high = min(s.low, low), max(s.high, high)
@@ -84,16 +105,21 @@ def count_backward(s: Step, fn: str, grad_output: torch.Tensor, grad_input: torc
                    casts: tuple[torch.dtype, ...] = ()) -> None:
     """Add the call's backward to the step's sums; ``casts``: the formats its gradient is cast to on its way back
     (``casts_back`` of the gate's input)."""
-    s.backward += grad_input.numel()
-    if grad_input.device.type == "cpu" and grad_input.numel() <= _LISTED:  # as _listed: the definition, in floats
-        gi, go = grad_input.reshape(-1).tolist(), grad_output.reshape(-1).tolist()
-        _upstream(s, upstream_median(grad_output, go))
-        zero = _listed_zeros(gi, go)
+    n = grad_input.numel()
+    s.backward += n
+    if n <= _LISTED and grad_input.is_cpu:  # as _listed: the definition, in floats
+        median = upstream_median(grad_output, grad_output.reshape(-1).tolist())  # its list gone before the next
+        if median is not None:
+            s.upstream.append(median)
+        gi = grad_input.reshape(-1).tolist()
+        zeros = 0.0 in gi  # == 0.0: ±0 (NaN never): most calls have no zero at all
+        zero = _listed_zeros(gi, grad_output.reshape(-1).tolist()) if zeros else 0
         s.zero += zero
-        if casts and not (len(casts) == 1 and min(filter(None, map(abs, gi)), default=math.inf) > _half_least(
-                casts[0])):  # filter(None, …): the zeros, which stay zeros, left out (NaN, kept, is never counted)
+        if casts and not (len(casts) == 1 and min(filter(None, map(abs, gi)) if zeros else map(abs, gi),
+                                                  default=math.inf) > _half_least(casts[0])):
+            # filter(None, …): the zeros, which stay zeros, left out (NaN, kept, is never counted)
             zero = _listed_zeros(grad_input.to(casts[0]).reshape(-1).tolist() if len(casts) == 1 else
-                                 _cast(grad_input, casts).reshape(-1).tolist(), go)
+                                 _cast(grad_input, casts).reshape(-1).tolist(), grad_output.reshape(-1).tolist())
         s.zero_cast += zero
         return
     _upstream(s, upstream_median(grad_output))
@@ -191,12 +217,13 @@ class Later:
     """The small calls of a watched block, counted when it closes."""
 
     def __init__(self) -> None:
-        self._forward: list[tuple] = []  # (site, x, x's version, x -> y)
+        self._forward: list[tuple] = []  # (site, x, x's version, y)
         self._backward: list[tuple] = []  # (site, grad_output, grad_input, the forward's token or None)
 
-    def forward(self, site, x: torch.Tensor, output: Callable[[torch.Tensor], torch.Tensor]) -> int:
-        """Keep the call y = output(x); its token, for its backward."""
-        self._forward.append((site, x, x._version, output))
+    def forward(self, site, x: torch.Tensor, y: torch.Tensor) -> int:
+        """Keep the call y = gate(x) (y computed where the gate ran, the same kernel just run by the model: warm,
+        where the close's first op ran cold); its token, for its backward."""
+        self._forward.append((site, x, x._version, y))
         return len(self._forward) - 1
 
     def backward(self, site, grad_output: torch.Tensor, grad_input: torch.Tensor, token: int | None) -> None:
@@ -206,11 +233,11 @@ class Later:
         """Count every kept call (``forward(site, x, y)``, ``backward(site, grad_output, grad_input)``); the number
         of forward calls not counted, nor their backward, because their input changed in place."""
         missed = set()
-        for token, (site, x, version, output) in enumerate(self._forward):
+        for token, (site, x, version, y) in enumerate(self._forward):
             if x._version != version:
                 missed.add(token)
             else:
-                forward(site, x, output(x))
+                forward(site, x, y)
         for site, grad_output, grad_input, token in self._backward:
             if token not in missed:
                 backward(site, grad_output, grad_input)

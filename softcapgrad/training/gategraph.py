@@ -33,6 +33,7 @@ from collections import deque
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves
+from torch.utils.hooks import RemovableHandle
 
 from softcapgrad.training.attribution import recomputing
 
@@ -141,13 +142,28 @@ def gate_function(node, fn: str):
     return functools.partial(torch.nn.functional.softplus, beta=node._saved_beta, threshold=node._saved_threshold)
 
 
+def _hook(module: torch.nn.Module, hook) -> tuple:
+    """``module.register_forward_hook(hook)`` without its handle, as a (hooks dict, key) pair for ``_unhook``: the
+    same dict entry under an id from the handles' own counter, for less than the handle's weak references cost (five
+    hooks a watched step, set and removed)."""
+    key = RemovableHandle.next_id
+    RemovableHandle.next_id += 1
+    module._forward_hooks[key] = hook
+    return module._forward_hooks, key
+
+
+def _unhook(hooked: tuple) -> None:
+    hooked[0].pop(hooked[1], None)
+
+
 class _Hooks:
     """Forward hooks on the gate modules (after each: ``left``) and on their feeding children (their outputs)."""
 
     def __init__(self, gates: list[torch.nn.Module], children: list[torch.nn.Module]) -> None:
         self.outputs: dict[int, tuple] = {}  # id(child) -> its last output this step, and that output's version
-        self._handles = [c.register_forward_hook(self._child_output) for c in children]  # each child once
-        self._handles += [m.register_forward_hook(self._leave) for m in gates]
+        self._hooked = [_hook(c, self._child_output) for c in children]  # each child once
+        self._hooked += [_hook(m, self._leave) for m in gates]
+        self._handles: list = []  # handles of the hooks registered otherwise (the probe's pre-hooks)
 
     @staticmethod
     def _live() -> bool:  # a forward with a graph, not one replayed inside the backward (checkpointing)
@@ -170,8 +186,11 @@ class _Hooks:
         raise NotImplementedError
 
     def close(self) -> None:
+        for hooked in self._hooked:
+            _unhook(hooked)
         for handle in self._handles:
             handle.remove()
+        self._hooked.clear()
         self._handles.clear()
         self.outputs.clear()
 
@@ -269,6 +288,7 @@ class GraphWatch(_Hooks):
     def left(self, module, outputs: list[torch.Tensor]) -> None:
         calls = self._of.get(id(module), ())
         nodes = None
+        monitor = self.monitor
         for site, child, index, cast, path in calls:
             if child is None:  # the module's own output
                 x = outputs[index] if index < len(outputs) else None
@@ -289,7 +309,7 @@ class GraphWatch(_Hooks):
                 self.missed += 1
                 continue
             x = x.detach() if cast is None else x.detach().to(cast)  # the cast as the model ran it: the same bits
-            token = self.monitor._count_soon(site, x, gate_function(node, site.fn))
+            token = monitor._count_soon(site, x, gate_function(node, site.fn))
             node.register_hook(functools.partial(self._backward, site, token))
         for _, child, _, _, _ in calls:
             if child is not None:

@@ -53,7 +53,8 @@ from softcapgrad.training.gaterows import (  # noqa: F401 -- GateZero and the lo
     GateRow, GateSite, GateZero, GateZeroLookup, Step, WINDOWS, compiled_note, gate_report, looked_up,
     lower_median, no_gate_lookup, trend,
 )
-from softcapgrad.training.gatecount import Later, casts_back, compiled_output, count_backward, count_forward, small
+from softcapgrad.training.gatecount import (Later, casts_back, compiled_output, count_backward, count_forward, small,
+                                              step_of)
 from softcapgrad.training.gateheads import head_count, merge, module_named, per_head
 
 aten = torch.ops.aten
@@ -274,12 +275,12 @@ class GateMonitor(SitedMode):
     def _count(self, site: GateSite, x: torch.Tensor, y: torch.Tensor) -> None:
         if site not in self._heads:  # once per site: whether its gate is per head (gateheads.py)
             self._heads[site] = head_count(module_named(self._owners, site.model, site.module), site.fn, y.shape[-1])
-        count_forward(self._block.setdefault(site, Step()), site.fn, x.detach(), y.detach(), self._heads[site])
+        count_forward(step_of(self._block, site), site.fn, x, y, self._heads[site])  # which detaches what it reduces
 
     def _count_soon(self, site: GateSite, x: torch.Tensor, output: Callable) -> int | None:
         """Count y = output(x) now, or (a small gate) when the block closes: then a token for its backward."""
         if small(x):
-            return self._later.forward(site, x, output)
+            return self._later.forward(site, x, output(x))
         self._count(site, x, output(x))
         return None
 
@@ -347,7 +348,7 @@ class GateMonitor(SitedMode):
     def _backward_counted(self, site: GateSite, grad_output: torch.Tensor, grad_input: torch.Tensor, x=None) -> None:
         if (site.module, site.site) in self.activations:
             return
-        count_backward(self._block.setdefault(site, Step()), site.fn, grad_output, grad_input, self._casts.get(site, ()))
+        count_backward(step_of(self._block, site), site.fn, grad_output, grad_input, self._casts.get(site, ()))
 
     # -- results
 
