@@ -42,6 +42,17 @@ def qwen3_next():
     return Qwen3NextForCausalLM(cfg)
 
 
+def qwen3_next_gated_attention():
+    """Qwen3-Next reduced to one gated-attention layer with a dense MLP: the one site the patch holds, without the
+    linear-attention and MoE layers it never enters. Under torch.compile that is 30 C++ kernels instead of 59 (and
+    about 46 s of CPU for both compiles of the test below instead of 122, measured on 2 cores)."""
+    torch.manual_seed(0)
+    return Qwen3NextForCausalLM(Qwen3NextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, layer_types=["full_attention"], mlp_only_layers=[0],
+        attn_implementation="eager"))
+
+
 IDS = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
 
 
@@ -261,14 +272,15 @@ def _compiled_grads(model):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")  # torch's own, at compile
 @pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.* is deprecated:DeprecationWarning")
-@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`:UserWarning")  # transformers' MoE
-@pytest.mark.parametrize("make", [laguna, qwen3_next], ids=["laguna", "qwen3_next"])
+@pytest.mark.parametrize("make", [laguna, qwen3_next_gated_attention], ids=["laguna", "qwen3_next"])
 def test_compiled_at_step_0_the_patch_is_the_compiled_model(make):
     """Under torch.compile, bf16, step 0: the patched model against the same model compiled unpatched (compiled
     against eager differs in every gradient either way: inductor's fused fp32 arithmetic). Laguna: logits and every
-    gradient bit for bit. Qwen3-Next: logits bit for bit; its gradients at most one bf16 rounding of the tensor's
-    largest element apart (2⁻⁸ of it; measured: q_proj's alone, by 2.4e-4 of its largest, the other 33 equal), where
-    inductor rounds the gate's backward to bf16 at a different place once θ's gradient also reads it."""
+    gradient bit for bit. Qwen3-Next (its gated-attention layer alone): logits bit for bit; its gradients at most one
+    bf16 rounding of the tensor's largest element apart (2⁻⁸ of it; measured: q_proj's alone, by 3.5e-4 of its
+    largest, the other 13 equal), where inductor rounds the gate's backward to bf16 at a different place once θ's
+    gradient also reads it. With two gated layers that difference reaches the first layer's every gradient through
+    the second's backward (measured: 14 of 25 apart, the largest by 2.9e-3), so one layer shows it where it starts."""
     model = make().to(torch.bfloat16)
     model.train()
     z0, g0 = _compiled_grads(model)
