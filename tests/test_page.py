@@ -71,12 +71,27 @@ def test_one_cell_per_verdict_row_with_its_verdict(built):
 def test_the_page_reads_incidents_where_they_exist(tmp_path, cli):
     for name in ("parity.json", "train-parity.json", "default-attention.json"):
         (tmp_path / name).symlink_to(RESULTS / name)
-    (tmp_path / "incidents.json").write_text(json.dumps([{"engine": "ct2", "what": "an incident <b>"}]))
+    code, _, _, err = cli("page", "--results", str(tmp_path), "--out", str(tmp_path / "bare"), "--json")
+    assert code == 0, err
+    assert 'id="incidents"' not in (tmp_path / "bare" / "index.html").read_text(encoding="utf-8")
+    planted = {"answer": ["Of 1 incidents, the tool caught 1."],
+               "incidents": [{"id": "x-1", "library": "ct2", "thread": "an incident <b>", "outcome": "caught",
+                              "before": {"release": "ct2 1.0", "verdict": "ignored"}, "after": None, "why": ""}]}
+    (tmp_path / "incidents.json").write_text(json.dumps(planted))
     code, _, _, err = cli("page", "--results", str(tmp_path), "--out", str(tmp_path / "page"), "--json")
     assert code == 0, err
     page = (tmp_path / "page" / "index.html").read_text(encoding="utf-8")
-    assert 'id="incidents"' in page and "an incident &lt;b&gt;" in page
-    assert 'id="incidents"' not in (COMMITTED / "index.html").read_text(encoding="utf-8")
+    assert 'id="incidents"' in page and "an incident &lt;b&gt;" in page and "<p>Of 1 incidents" in page
+    assert "<td>ct2 1.0: ignored</td><td>—</td><td>caught</td>" in page
+
+
+def test_the_committed_page_has_a_row_per_committed_incident():
+    page = (COMMITTED / "index.html").read_text(encoding="utf-8")
+    listed = json.loads((RESULTS / "incidents.json").read_text(encoding="utf-8"))["incidents"]
+    body = page.split('<table class="incidents">')[1].split("</table>")[0]
+    assert body.count("<tr><td>") == len(listed) >= 8
+    for incident in listed:
+        assert f"<tr><td>{incident['id']}</td>" in body
 
 
 @pytest.mark.parametrize("content", [None, "{", "[]"])

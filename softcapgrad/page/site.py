@@ -59,11 +59,35 @@ def read(results: Path) -> dict[str, dict]:
     return data
 
 
-def incidents(data) -> list[tuple[tuple[str, str], ...]]:
-    """incidents.json's entries as (key, value) lines, whatever their fields: a list, or an object holding one."""
-    entries = data.get("rows", data.get("incidents", [])) if isinstance(data, dict) else data
-    return [tuple((str(k), v if isinstance(v, str) else json.dumps(v, sort_keys=True))
-                  for k, v in sorted(e.items())) for e in entries if isinstance(e, dict)]
+@dataclass(frozen=True)
+class Incident:
+    """One row of the page's incidents table: what results/incidents.json says of one public incident."""
+    id: str
+    library: str
+    thread: str
+    before: str
+    after: str
+    outcome: str
+    why: str
+
+
+def _side(side) -> str:
+    """A replayed side as 'release: what the tool said' (or the state it was left in); '—' where none exists."""
+    if not isinstance(side, dict):
+        return "—"
+    said = side.get("verdict") or side.get("state") or ""
+    return f"{side.get('release', '')}: {said}" if said else str(side.get("release", ""))
+
+
+def incidents(data) -> tuple[list[str], list[Incident]]:
+    """incidents.json's answer and its incidents, each a row; fields it lacks are left empty."""
+    if not isinstance(data, dict):
+        data = {"incidents": data if isinstance(data, list) else []}
+    said = [str(a) for a in data.get("answer", []) if isinstance(a, str)]
+    rows = [Incident(str(e.get("id", "")), str(e.get("library", "")), str(e.get("thread", "")), _side(e.get("before")),
+                     _side(e.get("after")), str(e.get("outcome", "")), str(e.get("why", "")))
+            for e in data.get("incidents", []) if isinstance(e, dict)]
+    return said, rows
 
 
 def answer(counts: Counter, inference: int, training: int) -> tuple[str, ...]:
@@ -115,7 +139,7 @@ def build(results: Path) -> Site:
         details=details(cells),
         timeline=matrix.timeline(releases), releases=releases,
         not_measured=parity.get("not_measured", []), not_yet=parity.get("model_types_not_yet", []),
-        incidents=incidents(data.get("incidents.json", [])),
+        incidents=incidents(data.get("incidents.json", {})),
         provenance={"parity": parity.get("provenance", {}), "train": train.get("provenance", {})},
         assets={name: _asset(name) for name in ASSETS},
     )

@@ -33,7 +33,8 @@ from adapter_train_transformers import main
 from adapter_transformers_load import load
 
 FUNCTION = "chunked_hidden_states_selective_log_softmax"
-ROUTES = {"grpo": f"unsloth_zoo.rl_replacements.{FUNCTION}(h, lm_head, next ids, logit_softcapping="
+ROUTES = {"grpo": "unsloth_zoo.rl_replacements.chunked_hidden_states_selective_log_softmax(h, lm_head, next ids, "
+                  "logit_softcapping="
                   "final_logit_softcapping, temperature=1.0) as unsloth's GRPO trainer calls it (the installed "
                   "file's function, its torch.compile decorator left out), fp32, eager attention"}
 PACKAGES = ("unsloth-zoo", "unsloth", "transformers", "torch")
