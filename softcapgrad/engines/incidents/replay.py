@@ -127,7 +127,7 @@ def from_python(incident: Incident, release: Release, install: bool, session: di
     row, info = decided if decided else (None, {})
     if row is None or info.get("reason"):
         return _side(release, "could not run", detail=info.get("reason") or f"no {j.cap} cap row", command=command)
-    detail = f"ran {speaks}; {j.cap} cap, largest log-prob distances: " + "; ".join(verdicts)
+    detail = f"ran {speaks or release.text}; {j.cap} cap, largest log-prob distances: " + "; ".join(verdicts)
     return _side(release, "ran", row["verdict"], detail, command)
 
 

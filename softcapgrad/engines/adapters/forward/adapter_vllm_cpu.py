@@ -9,8 +9,10 @@ logits as computed (the final cap included), before any sampling step: what is r
 what is computed, and the verdict can read the engine's own pre-cap logits from the final-off run.
 
 Everything else is vLLM's default: its dtype choice (``dtype="auto"``), its attention backend, its KV
-cache format, its compilation; route ``fp32`` passes ``dtype="float32"``. The CPU KV-cache space is
-set small (``VLLM_CPU_KVCACHE_SPACE``, 1 GiB, where unset): a size, not a numeric choice. Each ``LLM``
+cache format, its compilation; route ``fp32`` passes ``dtype="float32"``; route ``transformers-impl`` passes
+``model_impl="transformers"``, vLLM's Transformers modelling backend in place of its native class (the class vLLM
+falls back to for a model type it has none of), and what ran is read from the engine's model config. The CPU
+KV-cache space is set small (``VLLM_CPU_KVCACHE_SPACE``, 1 GiB, where unset): a size, not a numeric choice. Each ``LLM``
 keeps vLLM's own engine-core process (``VLLM_ENABLE_V1_MULTIPROCESSING`` at its default): run in this process
 instead, a second engine on Gemma 4 in bf16 returned logits up to 8.6 apart from a fresh process's (measured),
 so that would not be what users get. vLLM's compile cache goes to the work folder (``VLLM_CACHE_ROOT``), not the
@@ -39,7 +41,13 @@ from adapter_protocol import NoArchitecture, captured_log, main
 ROUTES = {
     "default": "vllm.LLM(model=FOLDER) with every default (dtype auto, vLLM's attention backend and KV cache)",
     "fp32": "vllm.LLM(model=FOLDER, dtype='float32'), every other default",
+    "transformers-impl": "vllm.LLM(model=FOLDER, model_impl='transformers'): vLLM's Transformers modelling backend in "
+                         "place of its native class, every other default",
 }
+# what each route adds to vllm.LLM, which hands its keywords to EngineArgs (vllm/entrypoints/llm.py:295-334 at 0.27.1);
+# model_impl is EngineArgs' field (vllm/engine/arg_utils.py:694, given to ModelConfig at :1743), "auto" by default:
+# the native class where vLLM has one, "transformers" its Transformers backend (vllm/config/model.py:339-345)
+OPTIONS = {"default": {}, "fp32": {"dtype": "float32"}, "transformers-impl": {"model_impl": "transformers"}}
 # routes that may run one after another in one process (catalog.processes): nothing one sets outlives it
 PROCESSES = (("default", "fp32"),)
 MODELS_PER_PROCESS = 4  # models one child runs in turn (catalog.models_per_process)
@@ -73,7 +81,7 @@ _ENGINES: dict = {}
 def engine(run, variant: str):
     from vllm import LLM
 
-    options = {"dtype": "float32"} if run.route == "fp32" else {}
+    options = OPTIONS[run.route]
     vocab = int(run.config(variant)["vocab_size"])
     with captured_log() as log:
         llm = LLM(model=str(run.folder(variant)), max_logprobs=vocab, logprobs_mode=MODE, **options)
@@ -89,6 +97,13 @@ def kv_cache(llm) -> str:
     config = llm.llm_engine.vllm_config
     chosen = kv_cache_dtype_str_to_dtype(config.cache_config.cache_dtype, config.model_config)
     return f"KV cache {str(chosen).replace('torch.', '')} (cache_dtype {config.cache_config.cache_dtype})"
+
+
+def implementation(llm) -> str:
+    """The model class vLLM resolved (its native one, or the Transformers backend's) and the model_impl it was
+    given: ModelConfig.architecture, "the architecture vllm actually used" (vllm/config/model.py:964 at 0.27.1)."""
+    config = llm.llm_engine.model_config
+    return f"model class {getattr(config, 'architecture', '?')} (model_impl {getattr(config, 'model_impl', '?')})"
 
 
 def run_variant(run, variant: str) -> np.ndarray:
@@ -119,7 +134,8 @@ def run_variant(run, variant: str) -> np.ndarray:
     run.precision = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
     run.output = "logits"
     run.did = (f"vllm.LLM on the folder, dtype {dtype} ({'asked' if run.route == 'fp32' else 'vLLM default'}); "
-               f"{kv_cache(llm)}; vLLM said: {'; '.join(said) or 'no attention backend line in its log'}")
+               f"{implementation(llm)}; {kv_cache(llm)}; "
+               f"vLLM said: {'; '.join(said) or 'no attention backend line in its log'}")
     run.notes.append(f"{variant}: VLLM_CPU_KVCACHE_SPACE={os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB, "
                      f"VLLM_CPU_OMP_THREADS_BIND={os.environ['VLLM_CPU_OMP_THREADS_BIND']}")
     del llm
