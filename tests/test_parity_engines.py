@@ -67,8 +67,8 @@ def test_a_folder_an_older_transformers_cannot_fully_load_is_its_reason(engine_e
 @pytest.mark.engine_environments("kerashub")
 def test_keras_hub_from_its_own_environment(gemma2):
     rows, runs = gemma2["kerashub"]
-    assert {k: r["verdict"] for k, r in rows.items()} == {("default", "attention"): "applied",
-                                                           ("default", "final"): "applied"}
+    assert {k: r["verdict"] for k, r in rows.items()} == {(route, cap): "applied" for cap in ("attention", "final")
+                                                           for route in ("default", "score", "generate")}
 
 
 @pytest.mark.slow
@@ -78,8 +78,10 @@ def test_keras_hub_runs_what_its_loader_claims_and_names_its_registry_for_the_re
     converter for gemma4_text (whose backbone also takes the positions) and applies its final cap; for
     gemma3n_text it has none, and the row quotes the loader."""
     result = _run(["kerashub"], engine_environment, "gemma4_text")
-    rows = {r["cap"]: r for r in result.rows}
+    rows = {r["cap"]: r for r in result.rows if r["route"] == "default"}
     assert rows["final"]["verdict"] == "applied", rows
+    others = [r for r in result.rows if r["route"] != "default"]  # score and generate read GemmaCausalLM alone
+    assert others and all(r["verdict"] == "no such architecture" and "GemmaCausalLM" in r["hint"] for r in others)
     refused = _run(["kerashub"], engine_environment, "gemma3n_text")
     assert {r["verdict"] for r in refused.rows} == {"no such architecture"}
     assert all("TransformersPresetLoader" in r["hint"] for r in refused.rows)

@@ -59,11 +59,17 @@ def installed_function(name: str = FUNCTION):
     if not found:
         raise RuntimeError(f"{path.name} of this unsloth-zoo defines no {name}")
     fn = found[0]
+    # the module's own imports of the standard library and torch, which the function may name (os, from 2026.10):
+    # run beside it; any other (unsloth_zoo's own, which ask for an accelerator at import) is left out
+    imports = [n for n in ast.parse(text, str(path)).body if isinstance(n, (ast.Import, ast.ImportFrom))
+               and all(m.split(".")[0] in sys.stdlib_module_names | {"torch"}
+                       for m in ([a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or "."]))
+               and not (isinstance(n, ast.ImportFrom) and n.level)]
     cap = next((n for n in ast.walk(fn) if isinstance(n, ast.Assign) and "tanh" in ast.unparse(n.value)), None)
     where = "" if cap is None else f"line {cap.lineno}: {ast.get_source_segment(text, cap)}"
     fn.decorator_list = []
     space = {"torch": torch}
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), space)  # noqa: S102 -- its own code
+    exec(compile(ast.Module(body=[*imports, fn], type_ignores=[]), str(path), "exec"), space)  # noqa: S102 -- its own code
     return space[name], path, where
 
 
