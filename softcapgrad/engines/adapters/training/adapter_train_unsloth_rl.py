@@ -69,7 +69,8 @@ def installed_function(name: str = FUNCTION):
     where = "" if cap is None else f"line {cap.lineno}: {ast.get_source_segment(text, cap)}"
     fn.decorator_list = []
     space = {"torch": torch}
-    exec(compile(ast.Module(body=[*imports, fn], type_ignores=[]), str(path), "exec"), space)  # noqa: S102 -- its own code
+    module = ast.Module(body=[*imports, fn], type_ignores=[])
+    exec(compile(module, str(path), "exec"), space)  # noqa: S102 -- the installed release's own code
     return space[name], path, where
 
 
